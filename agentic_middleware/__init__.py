@@ -1,0 +1,18 @@
+"""Server-side tools for any LLM gateway: a pure ASGI agentic loop with LiteLLM-compatible hooks."""
+
+from .errors import ConfigurationError, HookError
+from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
+from .middleware import AgenticLoopMiddleware
+from .payload import JSONObject
+
+__all__ = [
+    "AgenticHook",
+    "AgenticLoopLogging",
+    "AgenticLoopMiddleware",
+    "AgenticLoopPlan",
+    "AgenticLoopRequestPatch",
+    "ConfigurationError",
+    "CustomLogger",
+    "HookError",
+    "JSONObject",
+]

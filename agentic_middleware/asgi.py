@@ -1,0 +1,104 @@
+"""Small ASGI pieces the middleware is built from: body reading, replay, headers, response capture."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from starlette.types import Message, Receive, Scope, Send
+
+Headers = list[tuple[bytes, bytes]]
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None when the client disconnected before sending it."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` once, then the client's own `receive`, so disconnects still arrive."""
+    pending = True
+
+    async def receive_body() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return receive_body
+
+
+def without(headers: Iterable[tuple[bytes, bytes]], names: frozenset[bytes]) -> Headers:
+    """The headers minus those named (lowercase names, as ASGI gives them)."""
+    return [(name, value) for name, value in headers if name.lower() not in names]
+
+
+def with_length(headers: Headers, length: int) -> Headers:
+    """The headers with one content-length for a body of `length` bytes."""
+    return [
+        *without(headers, frozenset((b"content-length", b"transfer-encoding"))),
+        (b"content-length", str(length).encode()),
+    ]
+
+
+def scope_with_body_length(scope: Scope, length: int) -> Scope:
+    """A copy of `scope` whose content-length fits a body of `length` bytes."""
+    return {**scope, "headers": with_length(scope["headers"], length)}
+
+
+def _media_type(headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
+    media_type, encoded = b"", False
+    for name, value in headers:
+        name = name.lower()
+        if name == b"content-type":
+            media_type = value.split(b";", 1)[0].strip().lower()
+        elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            encoded = True
+    return media_type, encoded
+
+
+def is_readable_json(start: Message) -> bool:
+    """A 2xx, unencoded JSON answer without trailers: the only kind the middleware reads."""
+    if not 200 <= start["status"] < 300 or start.get("trailers", False):
+        return False
+    media_type, encoded = _media_type(start.get("headers", ()))
+    return not encoded and (media_type == b"application/json" or media_type.endswith(b"+json"))
+
+
+class ResponseCapture:
+    """The `send` of one internal call: buffers a readable JSON answer, forwards anything else.
+
+    Anything that is not a 2xx JSON body goes to the client as the app sends
+    it, chunk by chunk, and `forwarded` records that the client has an answer.
+    """
+
+    def __init__(self, send: Send) -> None:
+        self.client_send = send
+        self.start: Message | None = None
+        self.chunks: list[bytes] = []
+        self.complete = False
+        self.forwarded = False
+
+    async def send(self, message: Message) -> None:
+        if self.forwarded:
+            await self.client_send(message)
+        elif message["type"] == "http.response.start":
+            if is_readable_json(message):
+                self.start = message
+            else:
+                self.forwarded = True
+                await self.client_send(message)
+        elif message["type"] == "http.response.body" and self.start is not None:
+            self.chunks.append(message.get("body", b""))
+            self.complete = not message.get("more_body", False)
+
+    @property
+    def body(self) -> bytes:
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)

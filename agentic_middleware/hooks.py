@@ -1,0 +1,229 @@
+"""The hook API: LiteLLM's agentic loop callback, its plan and its request patch.
+
+A hook written for LiteLLM runs here after changing only its imports. Any
+object with at least one of the hook methods is a hook (duck typing), and a
+plan or patch may be ours, LiteLLM's pydantic model, or a plain dict.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from .errors import ConfigurationError, HookError
+
+
+@dataclass
+class AgenticLoopRequestPatch:
+    """How the next request differs from the current one; unset fields are kept."""
+
+    model: str | None = None
+    messages: list[Any] | None = None
+    tools: list[Any] | None = None
+    max_tokens: int | None = None
+    optional_params: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgenticLoopPlan:
+    """A hook's answer for one round: rerun, override, terminate, or pass to the next hook."""
+
+    run_agentic_loop: bool = False
+    request_patch: AgenticLoopRequestPatch | None = None
+    response_override: Any | None = None
+    terminate: bool = False
+    stop_reason: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class AgenticHook:
+    """Base class for hooks; every method does nothing until overridden.
+
+    Methods may be overridden selectively: the gate is asked on both routes,
+    and the plan builder of the request's route is called when it says yes.
+    """
+
+    async def async_should_run_agentic_loop(
+        self,
+        response: Any,
+        model: str,
+        messages: list[Any],
+        tools: list[Any] | None,
+        stream: bool,
+        custom_llm_provider: str,
+        kwargs: dict[str, Any],
+    ) -> tuple[bool, dict[str, Any]]:
+        return False, {}
+
+    async def async_should_run_chat_completion_agentic_loop(
+        self,
+        response: Any,
+        model: str,
+        messages: list[Any],
+        tools: list[Any] | None,
+        stream: bool,
+        custom_llm_provider: str,
+        kwargs: dict[str, Any],
+    ) -> tuple[bool, dict[str, Any]]:
+        """LiteLLM's chat-only gate; asked before the shared gate on /v1/chat/completions."""
+        return False, {}
+
+    async def async_build_agentic_loop_plan(
+        self,
+        tools: dict[str, Any],
+        model: str,
+        messages: list[Any],
+        response: Any,
+        anthropic_messages_provider_config: Any,
+        anthropic_messages_optional_request_params: dict[str, Any],
+        logging_obj: Any,
+        stream: bool,
+        kwargs: dict[str, Any],
+    ) -> AgenticLoopPlan:
+        return AgenticLoopPlan()
+
+    async def async_build_chat_completion_agentic_loop_plan(
+        self,
+        tools: dict[str, Any],
+        model: str,
+        messages: list[Any],
+        response: Any,
+        optional_params: dict[str, Any],
+        logging_obj: Any,
+        stream: bool,
+        kwargs: dict[str, Any],
+    ) -> AgenticLoopPlan:
+        return AgenticLoopPlan()
+
+    async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: dict[str, Any]) -> Any:
+        return response
+
+    async def async_agentic_loop_cleanup_hook(self, plan: Any, kwargs: dict[str, Any]) -> None:
+        return None
+
+
+CustomLogger = AgenticHook
+"""LiteLLM's name for the same class, so ported hooks change only their imports."""
+
+HOOK_METHODS = (
+    "async_should_run_agentic_loop",
+    "async_should_run_chat_completion_agentic_loop",
+    "async_build_agentic_loop_plan",
+    "async_build_chat_completion_agentic_loop_plan",
+    "async_post_agentic_loop_response_hook",
+    "async_agentic_loop_cleanup_hook",
+)
+
+
+class BoundHook:
+    """One hook with its methods looked up once.
+
+    A method that is absent, or inherited unchanged from `AgenticHook`, is
+    stored as None and skipped: it would only return the default answer.
+    """
+
+    def __init__(self, hook: object) -> None:
+        self.hook = hook
+        self.name = type(hook).__qualname__
+        self.methods: dict[str, Callable[..., Any] | None] = {}
+        for name in HOOK_METHODS:
+            method = getattr(hook, name, None)
+            if getattr(method, "__func__", None) is getattr(AgenticHook, name):
+                method = None
+            self.methods[name] = method if callable(method) else None
+        if not any(hasattr(hook, name) for name in HOOK_METHODS):
+            raise ConfigurationError(f"{hook!r} is not a hook: it has none of the methods {', '.join(HOOK_METHODS)}")
+
+    async def call(self, method: str, **arguments: Any) -> Any:
+        """Call one hook method; its failures become a `HookError` naming the hook and the method."""
+        function = self.methods[method]
+        if function is None:
+            return _DEFAULTS[method](arguments)
+        try:
+            result = function(**arguments)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as error:
+            raise HookError(self.name, method, f"{type(error).__name__}: {error}") from error
+        return result
+
+
+_DEFAULTS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "async_should_run_agentic_loop": lambda _: (False, {}),
+    "async_should_run_chat_completion_agentic_loop": lambda _: (False, {}),
+    "async_build_agentic_loop_plan": lambda _: AgenticLoopPlan(),
+    "async_build_chat_completion_agentic_loop_plan": lambda _: AgenticLoopPlan(),
+    "async_post_agentic_loop_response_hook": lambda arguments: arguments["response"],
+    "async_agentic_loop_cleanup_hook": lambda _: None,
+}
+
+
+def as_plan(value: object, hook: BoundHook, method: str) -> AgenticLoopPlan:
+    """Read a plan returned by a hook: ours, LiteLLM's pydantic model, or a dict."""
+    plan = _as_dataclass(AgenticLoopPlan, value, hook, method, "a plan")
+    if plan.request_patch is not None:
+        plan.request_patch = _as_dataclass(AgenticLoopRequestPatch, plan.request_patch, hook, method, "a request patch")
+    return plan
+
+
+_Fields = TypeVar("_Fields", AgenticLoopPlan, AgenticLoopRequestPatch)
+
+
+def _as_dataclass(kind: type[_Fields], value: object, hook: BoundHook, method: str, what: str) -> _Fields:
+    if isinstance(value, kind):
+        return value
+    names = [f.name for f in fields(kind)]
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(names))
+        if unknown:
+            raise HookError(hook.name, method, f"returned {what} with unknown fields {unknown}")
+        values = dict(value)
+    elif all(hasattr(value, name) for name in names):
+        values = {name: getattr(value, name) for name in names}
+    else:
+        raise HookError(hook.name, method, f"returned {type(value).__name__}, not {what}")
+    for name in ("optional_params", "kwargs", "metadata"):
+        if name in values and values[name] is None:
+            values[name] = {}
+    return kind(**values)
+
+
+def check_patch(patch: AgenticLoopRequestPatch | None, hook: BoundHook, method: str) -> AgenticLoopRequestPatch:
+    """A rerun needs a patch with messages; every set field must have its wire type."""
+    if patch is None or patch.messages is None:
+        raise HookError(hook.name, method, "asked for a rerun without request_patch.messages")
+    expected: dict[str, type | tuple[type, ...]] = {
+        "model": str,
+        "messages": list,
+        "tools": list,
+        "max_tokens": int,
+        "optional_params": Mapping,
+        "kwargs": Mapping,
+    }
+    for name, kind in expected.items():
+        value = getattr(patch, name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise HookError(hook.name, method, f"request_patch.{name} must be {_type_name(kind)}, got {value!r}")
+    return patch
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    return kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+
+
+@dataclass
+class AgenticLoopLogging:
+    """The `logging_obj` hooks receive: one per client request, shared by all its rounds.
+
+    `model_call_details` is a free dict a hook may fill for its own tracing;
+    `logger` prefixes every record with the request's call id.
+    """
+
+    litellm_call_id: str
+    route: str
+    logger: logging.LoggerAdapter[logging.Logger]
+    model_call_details: dict[str, Any] = field(default_factory=dict)

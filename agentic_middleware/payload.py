@@ -1,0 +1,63 @@
+"""JSON bodies: parsing into objects that hooks can read like SDK responses, and serializing back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+
+class JSONObject(dict[str, Any]):
+    """A JSON object that also answers attribute access, as the SDKs' typed objects do.
+
+    It is a real `dict`, so `isinstance(b, dict)` and `b.get(...)` keep working;
+    an absent field read as an attribute is None, like an unset SDK field.
+    """
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self.get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def wrap(value: Any) -> Any:
+    """Turn every dict of a parsed JSON value into a `JSONObject`, leaving lists as lists."""
+    if type(value) is dict:
+        return JSONObject({key: wrap(item) for key, item in value.items()})
+    if type(value) is list:
+        return [wrap(item) for item in value]
+    return value
+
+
+def parse_object(raw: bytes) -> JSONObject | None:
+    """A response body as a `JSONObject`, or None when it is not a JSON object."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return wrap(value) if type(value) is dict else None
+
+
+def dumps(value: Any) -> bytes:
+    """Serialize a body; pydantic models (LiteLLM's response types) are dumped as JSON too."""
+    return orjson.dumps(value, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

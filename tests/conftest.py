@@ -1,0 +1,33 @@
+"""Clients for driving a middleware-wrapped app in-process: the official SDKs and plain httpx."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import httpx2
+import openai
+from starlette.types import ASGIApp
+
+
+def anthropic_client(app: ASGIApp, **options: object) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(
+        api_key="test-key",
+        base_url="http://gateway",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
+        max_retries=0,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def openai_client(app: ASGIApp, **options: object) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        api_key="test-key",
+        base_url="http://gateway/v1",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
+        max_retries=0,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def http_client(app: ASGIApp) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
