@@ -49,7 +49,7 @@ class ScriptedModel:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
@@ -64,7 +64,7 @@ class ScriptedModel:
         if not self.script:
             return JSONResponse({"error": {"message": "the script has no reply left"}}, status_code=500)
         step = self.script.pop(0)
-        if callable(step):
+        if callable(step) and not isinstance(step, Response):
             result = step(request)
             return await result if inspect.isawaitable(result) else result
         return step

@@ -9,10 +9,10 @@ import openai
 from starlette.types import ASGIApp
 
 
-def anthropic_client(app: ASGIApp, **options: object) -> anthropic.AsyncAnthropic:
+def anthropic_client(app: ASGIApp, base_url: str = "http://gateway", **options: object) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(
         api_key="test-key",
-        base_url="http://gateway",
+        base_url=base_url,
         http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
         max_retries=0,
         **options,  # type: ignore[arg-type]
