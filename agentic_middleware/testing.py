@@ -41,10 +41,12 @@ class RecordedRequest:
 
 class ScriptedModel:
     """A model app that answers from a script: dicts as 200 JSON, Starlette responses as they are,
-    and callables of the recorded request returning either. An exhausted script answers 500."""
+    and callables of the recorded request returning either. Once the script is used up, `default`
+    answers every request; without one, the model answers 500."""
 
-    def __init__(self, *script: Script) -> None:
+    def __init__(self, *script: Script, default: Script | None = None) -> None:
         self.script = list(script)
+        self.default = default
         self.requests: list[RecordedRequest] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -61,9 +63,9 @@ class ScriptedModel:
         await response(scope, receive, send)
 
     async def reply(self, request: RecordedRequest) -> Reply:
-        if not self.script:
+        step = self.script.pop(0) if self.script else self.default
+        if step is None:
             return JSONResponse({"error": {"message": "the script has no reply left"}}, status_code=500)
-        step = self.script.pop(0)
         if callable(step) and not isinstance(step, Response):
             result = step(request)
             return await result if inspect.isawaitable(result) else result
