@@ -118,31 +118,69 @@ HOOK_METHODS = (
     "async_agentic_loop_cleanup_hook",
 )
 
+# How each plan builder receives the request body without `model` and `messages`.
+PLAN_PARAMETERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "async_build_agentic_loop_plan": lambda params: {
+        "anthropic_messages_provider_config": None,
+        "anthropic_messages_optional_request_params": params,
+    },
+    "async_build_chat_completion_agentic_loop_plan": lambda params: {"optional_params": params},
+}
+
+# LiteLLM's older methods make the follow-up call themselves; here the middleware makes it.
+_LEGACY_METHODS = {
+    "async_run_agentic_loop": ("async_build_agentic_loop_plan",),
+    "async_run_chat_completion_agentic_loop": (
+        "async_build_chat_completion_agentic_loop_plan",
+        "async_build_agentic_loop_plan",
+    ),
+}
+
+# Base classes whose methods only return the default answer: ours, and LiteLLM's `CustomLogger`.
+_DEFAULT_OWNERS = frozenset(((__name__, "AgenticHook"), ("litellm.integrations.custom_logger", "CustomLogger")))
+
+
+def _overridden(hook: object, name: str) -> Callable[..., Any] | None:
+    """The hook's method `name`, or None when it is absent or a base class's do-nothing default."""
+    method = getattr(hook, name, None)
+    if not callable(method):
+        return None
+    function = getattr(method, "__func__", method)
+    owner = getattr(function, "__qualname__", "").rpartition(".")[0]
+    if (getattr(function, "__module__", None), owner) in _DEFAULT_OWNERS:
+        return None
+    return method  # type: ignore[no-any-return]
+
 
 class BoundHook:
-    """One hook with its methods looked up once.
-
-    A method that is absent, or inherited unchanged from `AgenticHook`, is
-    stored as None and skipped: it would only return the default answer.
-    """
+    """One hook with its methods looked up once; a method it leaves to a base class is None and skipped."""
 
     def __init__(self, hook: object) -> None:
-        self.hook = hook
-        self.name = type(hook).__qualname__
-        self.methods: dict[str, Callable[..., Any] | None] = {}
-        for name in HOOK_METHODS:
-            method = getattr(hook, name, None)
-            if getattr(method, "__func__", None) is getattr(AgenticHook, name):
-                method = None
-            self.methods[name] = method if callable(method) else None
+        if isinstance(hook, type):
+            raise ConfigurationError(
+                f"{hook.__module__}.{hook.__qualname__} is a class, not a hook: pass an instance, "
+                f"such as {hook.__qualname__}()"
+            )
         if not any(hasattr(hook, name) for name in HOOK_METHODS):
             raise ConfigurationError(f"{hook!r} is not a hook: it has none of the methods {', '.join(HOOK_METHODS)}")
+        self.hook = hook
+        self.name = type(hook).__qualname__
+        self.methods = {name: _overridden(hook, name) for name in HOOK_METHODS}
+        for legacy, builders in _LEGACY_METHODS.items():
+            if _overridden(hook, legacy) and not any(self.methods[builder] for builder in builders):
+                raise ConfigurationError(
+                    f"hook {self.name} implements {legacy}, which makes its own follow-up call; "
+                    f"here the middleware makes it: implement {builders[0]} and return an AgenticLoopPlan"
+                )
+
+    def plan_method(self, candidates: tuple[str, ...]) -> str | None:
+        """The first of the route's plan builders this hook implements."""
+        return next((name for name in candidates if self.methods[name]), None)
 
     async def call(self, method: str, **arguments: Any) -> Any:
-        """Call one hook method; its failures become a `HookError` naming the hook and the method."""
+        """Call one implemented hook method; its failures become a `HookError` naming the hook and the method."""
         function = self.methods[method]
-        if function is None:
-            return _DEFAULTS[method](arguments)
+        assert function is not None, method
         try:
             result = function(**arguments)
             if inspect.isawaitable(result):
@@ -150,16 +188,6 @@ class BoundHook:
         except Exception as error:
             raise HookError(self.name, method, f"{type(error).__name__}: {error}") from error
         return result
-
-
-_DEFAULTS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "async_should_run_agentic_loop": lambda _: (False, {}),
-    "async_should_run_chat_completion_agentic_loop": lambda _: (False, {}),
-    "async_build_agentic_loop_plan": lambda _: AgenticLoopPlan(),
-    "async_build_chat_completion_agentic_loop_plan": lambda _: AgenticLoopPlan(),
-    "async_post_agentic_loop_response_hook": lambda arguments: arguments["response"],
-    "async_agentic_loop_cleanup_hook": lambda _: None,
-}
 
 
 def as_plan(value: object, hook: BoundHook, method: str) -> AgenticLoopPlan:
@@ -174,9 +202,12 @@ _Fields = TypeVar("_Fields", AgenticLoopPlan, AgenticLoopRequestPatch)
 
 
 def _as_dataclass(kind: type[_Fields], value: object, hook: BoundHook, method: str, what: str) -> _Fields:
-    if isinstance(value, kind):
-        return value
     names = [f.name for f in fields(kind)]
+    if isinstance(value, kind):
+        for name in ("optional_params", "kwargs", "metadata"):
+            if name in names and getattr(value, name) is None:
+                setattr(value, name, {})
+        return value
     if isinstance(value, Mapping):
         unknown = sorted(set(value) - set(names))
         if unknown:

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .asgi import ResponseCapture, replay, with_length, without
 from .config import Settings, loop_limit
 from .errors import ConfigurationError, HookError, LoopError, ModelAppError
-from .hooks import AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
+from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
 from .payload import JSONObject, dumps, parse_object, wrap
 from .surfaces import Surface, claims_of
 
@@ -41,26 +41,36 @@ class Reply(NamedTuple):
 
 
 class Answer:
-    """One buffered answer of the model app, parsed once."""
+    """A buffered answer: the app's start message, the body's bytes, and the object hooks see.
 
-    def __init__(self, start: Message, body: bytes) -> None:
+    `rewritten` tells that the bytes are no longer the app's, so the headers need a new content-length.
+    """
+
+    def __init__(self, start: Message, raw: bytes, data: Any, rewritten: bool = False) -> None:
         self.start = start
-        self.body = body
-        self.data: JSONObject | None = parse_object(body)
-        self.changed = False
+        self.raw = raw
+        self.data = data
+        self.rewritten = rewritten
+
+    @classmethod
+    def parse(cls, start: Message, raw: bytes) -> Answer:
+        return cls(start, raw, parse_object(raw))
+
+    def replaced(self, data: Any) -> Answer:
+        """This answer's status and headers around another body (serialized now, so errors show here)."""
+        return Answer(self.start, dumps(data), data, rewritten=True)
 
     def reply(self) -> Reply:
-        """The answer as the app sent it, or re-serialized if a post hook changed it."""
-        return self.replace(self.data) if self.changed else Reply(self.start, self.body)
-
-    def replace(self, body: Any) -> Reply:
-        """This answer's status and headers around another body."""
-        raw = dumps(body)
-        return Reply({**self.start, "headers": with_length(self.start["headers"], len(raw))}, raw)
+        if not self.rewritten:
+            return Reply(self.start, self.raw)
+        return Reply({**self.start, "headers": with_length(self.start["headers"], len(self.raw))}, self.raw)
 
 
 class Rerun(NamedTuple):
+    """A plan being executed: who made it, with which method, and the kwargs it was given."""
+
     hook: BoundHook
+    method: str
     plan: Any
     patch: AgenticLoopRequestPatch
     kwargs: dict[str, Any]
@@ -100,6 +110,7 @@ class AgenticLoop:
         self.seen: set[tuple[tuple[str, bytes], ...]] = set()
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
+        self.forwarded = False
         self.stop_reason = "finished"
         call_id = str(uuid.uuid4())
         self.logging_obj = AgenticLoopLogging(
@@ -116,16 +127,22 @@ class AgenticLoop:
         """Answer the client exactly once, and run every executed plan's cleanup hook."""
         reply: Reply | None = None
         try:
-            reply = await self.rounds(raw)
+            answer = await self.rounds(raw)
+            if answer is not None:
+                reply = (await self.unwind(answer)).reply()
         except LoopError as error:
-            reply = self.error_reply(error)
+            reply = self.error_reply(error, error)
+        except Exception as error:
+            if self.forwarded:
+                raise  # the client already has the app's own answer under way
+            reply = self.error_reply(LoopError(f"internal error: {type(error).__name__}"), error)
         finally:
             await self.clean_up()
         if reply is not None:
             await self.send(reply.start)
             await self.send({"type": "http.response.body", "body": reply.body})
 
-    async def rounds(self, raw: bytes) -> Reply | None:
+    async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
         answer = await self.call_app(raw)
         if answer is None:
@@ -133,24 +150,25 @@ class AgenticLoop:
         self.limit = self.request_limit()
         while answer.data is not None:
             step = await self.ask_hooks(answer, answer.data)
-            if isinstance(step, Reply):
+            if isinstance(step, Answer):
                 return step
             self.executed.append(step)
-            self.body = self.patched(step.patch, step.hook)
+            self.body = self.patched(step)
             self.depth += 1
-            answer = await self.call_app(dumps(self.body))
+            try:
+                raw = dumps(self.body)
+            except TypeError as error:
+                raise HookError(step.hook.name, step.method, f"the patched request is not JSON: {error}") from None
+            answer = await self.call_app(raw)
             if answer is None:
                 self.stop_reason = "app_answer"
                 return None
-            if answer.data is not None:
-                await self.post_process(step, answer)
         if self.depth:
             self.stop_reason = "app_answer"
-        return answer.reply()
+        return answer
 
-    async def ask_hooks(self, answer: Answer, response: JSONObject) -> Reply | Rerun:
+    async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
-        method = self.surface.plan_method
         for hook in self.hooks:
             kwargs = self.hook_kwargs()
             claim = await self.ask_gate(hook, response, kwargs)
@@ -160,14 +178,17 @@ class AgenticLoop:
             if refusal is not None:
                 self.finish(refusal, hook)
                 claims = claims_of([claim, *await self.other_claims(hook, response)])
-                return answer.replace(self.surface.without_claimed(response, claims))
+                return answer.replaced(self.surface.without_claimed(response, claims))
+            method = hook.plan_method(self.surface.plan_methods)
+            if method is None:
+                continue
             raw_plan = await hook.call(
                 method,
                 tools=claim,
                 model=self.body.get("model"),
                 messages=self.body.get("messages"),
                 response=response,
-                **self.surface.plan_arguments(self.optional_params()),
+                **PLAN_PARAMETERS[method](self.optional_params()),
                 logging_obj=self.logging_obj,
                 stream=False,
                 kwargs=kwargs,
@@ -175,15 +196,15 @@ class AgenticLoop:
             plan = as_plan(raw_plan, hook, method)
             if plan.response_override is not None:
                 self.finish("override", hook, plan.stop_reason)
-                return answer.replace(self.override(plan.response_override, hook, method))
+                return self.overridden(answer, plan.response_override, hook, method)
             if plan.terminate:
                 self.finish("terminate", hook, plan.stop_reason)
-                return answer.reply()
+                return answer
             if plan.run_agentic_loop:
                 self.seen.add(self.fingerprint(response))
-                return Rerun(hook, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
+                return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
         self.finish("finished")
-        return answer.reply()
+        return answer
 
     async def ask_gate(self, hook: BoundHook, response: JSONObject, kwargs: dict[str, Any]) -> Any:
         """The gate's claim when it says yes, else None; chat asks LiteLLM's chat-only gate first."""
@@ -228,31 +249,50 @@ class AgenticLoop:
 
     def fingerprint(self, response: JSONObject) -> tuple[tuple[str, bytes], ...]:
         """All tool calls of a response by name and canonical input; ids and order left out."""
-        return tuple(sorted((call.name or "", call.input) for call in self.surface.tool_calls(response)))
+        return tuple(sorted((str(call.name), call.input) for call in self.surface.tool_calls(response)))
 
-    async def post_process(self, step: Rerun, answer: Answer) -> None:
-        """Let the hook whose plan ran reshape the rerun's answer."""
-        if step.hook.methods[POST_HOOK] is None:
-            return
+    def overridden(self, answer: Answer, value: Any, hook: BoundHook, method: str) -> Answer:
+        if isinstance(value, Mapping) and type(value) is not JSONObject:
+            value = wrap(dict(value))
+        elif not isinstance(value, Mapping) and not hasattr(value, "model_dump"):
+            raise HookError(hook.name, method, f"response_override is {type(value).__name__}, not a JSON object")
+        try:
+            return answer.replaced(value)
+        except TypeError as error:
+            raise HookError(hook.name, method, f"response_override is not JSON: {error}") from None
+
+    async def unwind(self, answer: Answer) -> Answer:
+        """Give each executed plan's post hook the final answer, innermost first, then its cleanup.
+
+        This is the order LiteLLM's nested follow-up calls give: each post hook
+        shapes what its own follow-up returned, which is the final answer.
+        """
+        while self.executed:
+            step = self.executed.pop()
+            try:
+                answer = await self.post_processed(step, answer)
+            finally:
+                await self.clean_up_after(step)
+        return answer
+
+    async def post_processed(self, step: Rerun, answer: Answer) -> Answer:
+        if step.hook.methods[POST_HOOK] is None or answer.data is None:
+            return answer
         result = await step.hook.call(POST_HOOK, response=answer.data, plan=step.plan, kwargs=step.kwargs)
         if result is None:
-            return
-        if result is not answer.data:
-            if hasattr(result, "model_dump"):
-                result = result.model_dump(mode="json")
-            if not isinstance(result, Mapping):
-                raise HookError(step.hook.name, POST_HOOK, f"returned {type(result).__name__}, not a response")
-            result = wrap(dict(result))
-        answer.data = result
-        answer.changed = True
+            return answer
+        if type(result) is dict:
+            result = wrap(result)
+        elif not isinstance(result, Mapping) and not hasattr(result, "model_dump"):
+            raise HookError(step.hook.name, POST_HOOK, f"returned {type(result).__name__}, not a response")
+        try:
+            return answer.replaced(result)
+        except TypeError as error:
+            raise HookError(step.hook.name, POST_HOOK, f"returned a response that is not JSON: {error}") from None
 
-    def override(self, value: Any, hook: BoundHook, method: str) -> Any:
-        if not (isinstance(value, Mapping) or hasattr(value, "model_dump")):
-            raise HookError(hook.name, method, f"response_override is {type(value).__name__}, not a JSON object")
-        return value
-
-    def patched(self, patch: AgenticLoopRequestPatch, hook: BoundHook) -> dict[str, Any]:
+    def patched(self, step: Rerun) -> dict[str, Any]:
         """The next request body: the patch over the current one, without a forced tool choice."""
+        patch = step.patch
         body = {**self.body, **patch.optional_params}
         if "tool_choice" not in patch.optional_params:
             body.pop("tool_choice", None)
@@ -268,7 +308,7 @@ class AgenticLoop:
                 try:
                     self.limit = loop_limit(patch.kwargs["max_agentic_loops"], "request_patch.kwargs")
                 except ConfigurationError as error:
-                    raise HookError(hook.name, self.surface.plan_method, str(error)) from None
+                    raise HookError(step.hook.name, step.method, str(error)) from None
         return body
 
     def optional_params(self) -> dict[str, Any]:
@@ -281,6 +321,7 @@ class AgenticLoop:
             "max_agentic_loops": self.limit,
             "litellm_call_id": self.call_id,
             "custom_llm_provider": self.provider,
+            "_agentic_loop_api_surface": self.surface.api_surface,
             "scope": self.scope,
         }
 
@@ -305,22 +346,31 @@ class AgenticLoop:
                 raise
             raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
         if capture.forwarded:
+            self.forwarded = True
             return None
         if capture.start is None or not capture.complete:
             raise ModelAppError("the model app ended a call without a complete response")
-        return Answer(capture.start, capture.body)
+        return Answer.parse(capture.start, capture.body)
 
     async def clean_up(self) -> None:
-        """Every executed plan's cleanup hook, innermost first; a failing one is logged, not raised."""
-        for step in reversed(self.executed):
-            try:
-                await step.hook.call(CLEANUP_HOOK, plan=step.plan, kwargs=step.kwargs)
-            except HookError as error:
-                self.logging_obj.logger.error("%s", error, exc_info=error.__cause__)
+        """The cleanup hooks of plans not unwound yet (after a failure), innermost first."""
+        while self.executed:
+            await self.clean_up_after(self.executed.pop())
+
+    async def clean_up_after(self, step: Rerun) -> None:
+        """One plan's cleanup hook; its failure is logged and does not change the response."""
+        if step.hook.methods[CLEANUP_HOOK] is None:
+            return
+        try:
+            await step.hook.call(CLEANUP_HOOK, plan=step.plan, kwargs=step.kwargs)
+        except HookError as error:
+            self.logging_obj.logger.error("%s", error, exc_info=error.__cause__)
 
     def finish(self, reason: str, hook: BoundHook | None = None, detail: str | None = None) -> None:
         self.stop_reason = reason
-        level = logging.WARNING if reason in ("limit", "repeated_tool_calls") else logging.DEBUG
+        level = {"limit": logging.WARNING, "repeated_tool_calls": logging.WARNING, "finished": logging.DEBUG}.get(
+            reason, logging.INFO
+        )
         self.logging_obj.logger.log(
             level,
             "agentic loop ended: %s after %d reruns (hook %s%s)",
@@ -330,9 +380,9 @@ class AgenticLoop:
             f", stop_reason {detail!r}" if detail else "",
         )
 
-    def error_reply(self, error: LoopError) -> Reply:
+    def error_reply(self, error: LoopError, cause: BaseException) -> Reply:
         self.stop_reason = "hook_error" if isinstance(error, HookError) else "app_error"
-        self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=error.__cause__ or error)
+        self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=cause.__cause__ or cause)
         body = self.surface.error_body(error.status, str(error), error.code)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         return Reply({"type": "http.response.start", "status": error.status, "headers": headers}, body)

@@ -142,3 +142,30 @@ async def test_litellms_chat_only_gate_is_honoured_on_chat() -> None:
 def test_set_up_mistakes_fail_when_the_middleware_is_built(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         AgenticLoopMiddleware(ScriptedModel(), **options)
+
+
+def test_a_hook_class_instead_of_an_instance_fails_at_start() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"ToolHook is a class, not a hook: pass an instance, such as ToolHook\(\)"
+    ):
+        AgenticLoopMiddleware(ScriptedModel(), hooks=[ToolHook])
+
+
+def test_litellms_older_run_methods_fail_at_start_instead_of_never_running() -> None:
+    class Legacy(CustomLogger):
+        async def async_should_run_agentic_loop(self, **_: Any) -> tuple[bool, dict[str, Any]]:
+            return True, {}
+
+        async def async_run_agentic_loop(self, **_: Any) -> Any:
+            return None
+
+    with pytest.raises(ConfigurationError, match="implements async_run_agentic_loop"):
+        AgenticLoopMiddleware(ScriptedModel(), hooks=[Legacy()])
+
+
+async def test_kwargs_name_the_api_surface_as_litellm_does(route: Route) -> None:
+    hook = ToolHook()
+    async with http_client(AgenticLoopMiddleware(ScriptedModel(route.text("x")), hooks=[hook])) as client:
+        await post(client, route, route.request())
+    expected = "anthropic_messages" if route.name == "messages" else "chat_completions"
+    assert hook.gates[0]["kwargs"]["_agentic_loop_api_surface"] == expected

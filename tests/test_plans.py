@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -277,3 +278,87 @@ async def test_cleanup_runs_when_the_rerun_fails(route: Route) -> None:
     assert response.status_code == 500
     assert "post failed" in route.error(response.json())[1]
     assert len(hook.cleanups) == 1
+
+
+async def test_post_hooks_shape_the_final_answer_innermost_first(route: Route) -> None:
+    """As in LiteLLM's nested follow-ups: every executed plan's post hook sees the final answer."""
+    order: list[int] = []
+
+    class Marking(ToolHook):
+        async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: Any) -> Any:
+            depth = kwargs["_agentic_loop_depth"]
+            order.append(depth)
+            marked = copy.deepcopy(response)  # a new object, as LiteLLM hooks often return
+            marked[f"seen_by_round_{depth}"] = route.final_text(response)
+            return marked
+
+    model = ScriptedModel(route.calls(("lookup", {"k": 1})), route.calls(("lookup", {"k": 2})), route.text("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Marking()])) as client:
+        response = await post(client, route, route.request())
+
+    body = response.json()
+    assert order == [1, 0]
+    assert body["seen_by_round_0"] == body["seen_by_round_1"] == "done"
+    assert int(response.headers["content-length"]) == len(response.content)
+
+
+async def test_patch_fields_given_as_none_are_read_as_empty(route: Route) -> None:
+    def plan(arguments: dict[str, Any]) -> AgenticLoopPlan:
+        patch = AgenticLoopRequestPatch(messages=arguments["messages"], optional_params=None, kwargs=None)  # type: ignore[arg-type]
+        return AgenticLoopPlan(run_agentic_loop=True, request_patch=patch, metadata=None)  # type: ignore[arg-type]
+
+    model = ScriptedModel(route.text("one"), route.text("two"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[PlanHook(plan)], max_agentic_loops=1)) as client:
+        response = await post(client, route, route.request())
+    assert route.final_text(response.json()) == "two"
+
+
+@pytest.mark.parametrize(
+    ("plan", "detail"),
+    [
+        (
+            AgenticLoopPlan(
+                run_agentic_loop=True,
+                request_patch=AgenticLoopRequestPatch(messages=[], optional_params={"blob": b"\x00"}),
+            ),
+            "the patched request is not JSON",
+        ),
+        (AgenticLoopPlan(response_override={"ids": {1, 2}}), "response_override is not JSON"),
+    ],
+)
+async def test_values_that_are_not_json_are_hook_errors(route: Route, plan: Any, detail: str) -> None:
+    model = ScriptedModel(route.text("x"), route.text("y"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[PlanHook(plan)])) as client:
+        response = await post(client, route, route.request())
+    assert response.status_code == 500
+    assert detail in route.error(response.json())[1]
+
+
+async def test_tool_calls_with_odd_names_do_not_break_the_fingerprint() -> None:
+    route = Route("messages")
+    odd = route.calls(("lookup", {"k": 1}))
+    odd["content"].append({"type": "tool_use", "id": "t2", "name": 7, "input": None})
+    model = ScriptedModel(odd, route.text("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ToolHook()])) as client:
+        response = await post(client, route, route.request())
+    assert response.status_code == 200
+
+
+async def test_chat_falls_back_to_the_messages_style_plan_builder_as_litellm_does() -> None:
+    route = Route("chat")
+    seen: list[dict[str, Any]] = []
+
+    class MessagesStyle(CustomLogger):
+        async def async_should_run_agentic_loop(self, **_: Any) -> tuple[bool, dict[str, Any]]:
+            return True, {}
+
+        async def async_build_agentic_loop_plan(self, **arguments: Any) -> AgenticLoopPlan:
+            seen.append(arguments)
+            return AgenticLoopPlan(response_override=route.text("built by the messages-style builder"))
+
+    model = ScriptedModel(route.text("x"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[MessagesStyle()])) as client:
+        response = await post(client, route, route.request(temperature=1))
+    assert route.final_text(response.json()) == "built by the messages-style builder"
+    assert seen[0]["anthropic_messages_optional_request_params"] == {"temperature": 1}
+    assert seen[0]["kwargs"]["_agentic_loop_api_surface"] == "chat_completions"

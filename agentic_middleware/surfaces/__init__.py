@@ -68,13 +68,10 @@ class Surface(ABC):
     """One wire format: its hook methods, its tool calls, its error shape."""
 
     name: str
-    provider: str
+    provider: str  # the default `custom_llm_provider`
+    api_surface: str  # LiteLLM's `_agentic_loop_api_surface`
     gates: tuple[str, ...]
-    plan_method: str
-
-    @abstractmethod
-    def plan_arguments(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The route-specific keyword arguments of the plan builder."""
+    plan_methods: tuple[str, ...]  # in order of preference
 
     @abstractmethod
     def tool_calls(self, response: dict[str, Any]) -> list[ToolCall]:

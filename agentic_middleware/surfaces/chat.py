@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from ..payload import JSONObject
 from . import Claims, Surface, ToolCall, canonical, field
 
 
@@ -33,11 +34,10 @@ def _calls(message: dict[str, Any]) -> list[dict[str, Any]]:
 class ChatCompletions(Surface):
     name = "chat_completions"
     provider = "openai"
+    api_surface = "chat_completions"
     gates = ("async_should_run_chat_completion_agentic_loop", "async_should_run_agentic_loop")
-    plan_method = "async_build_chat_completion_agentic_loop_plan"
-
-    def plan_arguments(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"optional_params": params}
+    # LiteLLM's chat path also falls back to the messages-style builder when that is all a hook has.
+    plan_methods = ("async_build_chat_completion_agentic_loop_plan", "async_build_agentic_loop_plan")
 
     def tool_calls(self, response: dict[str, Any]) -> list[ToolCall]:
         return [
@@ -51,15 +51,15 @@ class ChatCompletions(Surface):
         choices = response.get("choices")
         if not isinstance(choices, list):
             return response
-        return {**response, "choices": [self._end_choice(choice, claims) for choice in choices]}
+        return JSONObject(response, choices=[self._end_choice(choice, claims) for choice in choices])
 
     def _end_choice(self, choice: Any, claims: Claims) -> Any:
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict) or not message.get("tool_calls"):
             return choice
         kept = [c for c in _calls(message) if not claims.cover(c.get("id"), _name_and_input(c)[0])]
-        message = {**message, "tool_calls": kept}
-        choice = {**choice, "message": message}
+        message = JSONObject(message, tool_calls=kept)
+        choice = JSONObject(choice, message=message)
         if not kept:
             del message["tool_calls"]
             if message.get("content") is None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from ..payload import JSONObject
 from . import Claims, Surface, ToolCall, canonical
 
 _ERROR_TYPES = {
@@ -27,14 +28,9 @@ def _is_tool_use(block: Any) -> bool:
 class Messages(Surface):
     name = "messages"
     provider = "anthropic"
+    api_surface = "anthropic_messages"
     gates = ("async_should_run_agentic_loop",)
-    plan_method = "async_build_agentic_loop_plan"
-
-    def plan_arguments(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "anthropic_messages_provider_config": None,
-            "anthropic_messages_optional_request_params": params,
-        }
+    plan_methods = ("async_build_agentic_loop_plan",)
 
     def tool_calls(self, response: dict[str, Any]) -> list[ToolCall]:
         content = response.get("content")
@@ -49,7 +45,7 @@ class Messages(Surface):
         if not isinstance(content, list):
             return response
         kept = [b for b in content if not (_is_tool_use(b) and claims.cover(b.get("id"), b.get("name")))]
-        ended = {**response, "content": kept}
+        ended = JSONObject(response, content=kept)
         if response.get("stop_reason") == "tool_use" and not any(_is_tool_use(b) for b in kept):
             ended["stop_reason"] = "end_turn"
         return ended
