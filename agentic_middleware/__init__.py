@@ -1,5 +1,6 @@
 """Server-side tools for any LLM gateway: a pure ASGI agentic loop with LiteLLM-compatible hooks."""
 
+from .config import Settings, load_config
 from .errors import ConfigurationError, HookError
 from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from .middleware import AgenticLoopMiddleware
@@ -15,4 +16,6 @@ __all__ = [
     "CustomLogger",
     "HookError",
     "JSONObject",
+    "Settings",
+    "load_config",
 ]

@@ -1,18 +1,34 @@
-"""The middleware's settings, checked once when it is built so that mistakes stop the gateway at start."""
+"""The middleware's settings: given in code, by dotted path, or in a YAML file.
+
+Everything is checked when the middleware is built, so a mistake stops the
+gateway at start instead of serving with a hook that never runs.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import importlib
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from .errors import ConfigurationError
+from .hooks import BoundHook
 from .surfaces import Surface, surfaces
+
+logger = logging.getLogger("agentic_middleware")
 
 DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
     {"/v1/messages": "messages", "/v1/chat/completions": "chat_completions"}
 )
 DEFAULT_MAX_AGENTIC_LOOPS = 3
+SECTION = "agentic_middleware"
+ENV_PREFIX = "os.environ/"
 
 
 def loop_limit(value: object, source: str) -> int:
@@ -24,8 +40,9 @@ def loop_limit(value: object, source: str) -> int:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every option of the middleware, validated."""
+    """Every option of the middleware, validated; `hooks` are hook objects, already resolved."""
 
+    hooks: tuple[object, ...] = ()
     routes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ROUTES))
     max_agentic_loops: int = DEFAULT_MAX_AGENTIC_LOOPS
     custom_llm_provider: str | Mapping[str, str] | None = None
@@ -44,8 +61,7 @@ class Settings:
                 )
         provider = self.custom_llm_provider
         if isinstance(provider, Mapping):
-            unknown = sorted(set(provider) - set(known))
-            if unknown or not all(isinstance(v, str) for v in provider.values()):
+            if set(provider) - set(known) or not all(isinstance(v, str) for v in provider.values()):
                 raise ConfigurationError(
                     f"custom_llm_provider must map wire formats ({', '.join(known)}) to names, got {provider!r}"
                 )
@@ -64,3 +80,123 @@ class Settings:
         if isinstance(self.custom_llm_provider, Mapping):
             return self.custom_llm_provider.get(surface.name, surface.provider)
         return surface.provider
+
+
+def resolve_hooks(entries: Iterable[object], where: str, folder: Path | None = None) -> tuple[object, ...]:
+    """Hook objects from instances and dotted paths; any entry that is not a hook is an error naming it."""
+    if isinstance(entries, str | bytes) or not isinstance(entries, Iterable):
+        raise ConfigurationError(f"{where} must be a list of hooks, got {entries!r}")
+    hooks = []
+    for entry in entries:
+        hook = _import_path(entry, where, folder) if isinstance(entry, str) else entry
+        if hook is None:
+            continue
+        try:
+            BoundHook(hook)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{where} entry {entry!r}: {error}") from None
+        hooks.append(hook)
+    return tuple(hooks)
+
+
+def _import_path(path: str, where: str, folder: Path | None) -> object:
+    """The object a dotted path names: the part after the last dot is an attribute of the module before it."""
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name:
+        # LiteLLM's built-in integrations ("langfuse", "prometheus") are names without a dot.
+        logger.warning("%s entry %r is a LiteLLM built-in callback, not an agentic hook: ignored", where, path)
+        return None
+    searched = ([str(folder)] if folder else []) + ["sys.path"]
+    if folder is not None:
+        sys.path.insert(0, str(folder))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            raise ConfigurationError(
+                f"{where} entry {path!r}: no module named {module_name!r} (looked in {', '.join(searched)})"
+            ) from None
+        raise ConfigurationError(f"{where} entry {path!r}: importing {module_name!r} failed: {error}") from error
+    except Exception as error:
+        raise ConfigurationError(
+            f"{where} entry {path!r}: importing {module_name!r} failed: {type(error).__name__}: {error}"
+        ) from error
+    finally:
+        if folder is not None:
+            sys.path.remove(str(folder))
+    try:
+        hook = getattr(module, attribute)
+    except AttributeError:
+        raise ConfigurationError(f"{where} entry {path!r}: module {module_name!r} has no {attribute!r}") from None
+    if isinstance(hook, type):
+        instance = re.sub(r"(?<!^)(?=[A-Z])", "_", attribute).lower()
+        raise ConfigurationError(
+            f"{where} entry {path!r} resolved to a class, not a hook instance, so it would never run. "
+            f"Create the instance in {module_name}: `{instance} = {attribute}()`, "
+            f"then name it: {module_name}.{instance}"
+        )
+    return hook
+
+
+def load_config(path: str | os.PathLike[str]) -> Settings:
+    """Read a YAML file: LiteLLM's `litellm_settings.callbacks` and the `agentic_middleware` section."""
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigurationError(f"reading {path} needs PyYAML: pip install 'agentic-middleware[yaml]'") from None
+    file = Path(path)
+    try:
+        document = yaml.safe_load(file.read_text()) or {}
+    except OSError as error:
+        raise ConfigurationError(f"cannot read config {file}: {error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigurationError(f"{file} is not valid YAML: {error}") from None
+    if not isinstance(document, dict):
+        raise ConfigurationError(f"{file}: the top level must be a mapping, got {type(document).__name__}")
+    section = _mapping(document.get(SECTION) or {}, SECTION, file)
+    known = {f.name for f in fields(Settings)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"{file}: unknown option {', '.join(map(repr, unknown))} in {SECTION} (known: {', '.join(sorted(known))})"
+        )
+    options = {name: _from_env(value, f"{SECTION}.{name}", file) for name, value in section.items()}
+    litellm_settings = _mapping(document.get("litellm_settings") or {}, "litellm_settings", file)
+    callbacks = _from_env(litellm_settings.get("callbacks") or [], "litellm_settings.callbacks", file)
+    entries = ([callbacks] if isinstance(callbacks, str) else callbacks, options.pop("hooks", None) or [])
+    hooks = tuple(
+        hook
+        for where, listed in zip(("litellm_settings.callbacks", f"{SECTION}.hooks"), entries, strict=True)
+        for hook in resolve_hooks(listed, f"{where} in {file}", file.parent.resolve())
+    )
+    if isinstance(options.get("max_agentic_loops"), str) and options["max_agentic_loops"].strip().isdigit():
+        options["max_agentic_loops"] = int(options["max_agentic_loops"])
+    try:
+        return Settings(hooks=hooks, **options)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{file}: {SECTION}.{error}") from None
+
+
+def _mapping(value: object, where: str, file: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{file}: {where} must be a mapping, got {value!r}")
+    return value
+
+
+def _from_env(value: Any, where: str, file: Path) -> Any:
+    """Replace every `os.environ/NAME` string, as LiteLLM's configs write it, with the variable's value."""
+    if isinstance(value, str) and value.startswith(ENV_PREFIX):
+        name = value.removeprefix(ENV_PREFIX)
+        if name not in os.environ:
+            raise ConfigurationError(f"{file}: {where} names the environment variable {name}, which is not set")
+        return os.environ[name]
+    if isinstance(value, list):
+        return [_from_env(item, where, file) for item in value]
+    if isinstance(value, dict):
+        return {key: _from_env(item, f"{where}.{key}", file) for key, item in value.items()}
+    return value
+
+
+def merged(settings: Settings, **options: Any) -> Settings:
+    """`settings` with the options given in code, which win over the file's."""
+    return replace(settings, **{name: value for name, value in options.items() if value is not None})

@@ -166,6 +166,10 @@ class BoundHook:
         self.hook = hook
         self.name = type(hook).__qualname__
         self.methods = {name: _overridden(hook, name) for name in HOOK_METHODS}
+        if not any(self.methods.values()):
+            logging.getLogger("agentic_middleware").warning(
+                "hook %s overrides none of the agentic loop methods: it will never act", self.name
+            )
         for legacy, builders in _LEGACY_METHODS.items():
             if _overridden(hook, legacy) and not any(self.methods[builder] for builder in builders):
                 raise ConfigurationError(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import read_body, replay, scope_with_body_length
-from .config import DEFAULT_MAX_AGENTIC_LOOPS, DEFAULT_ROUTES, Settings
+from .config import Settings, load_config, merged, resolve_hooks
 from .hooks import BoundHook
 from .loop import AgenticLoop, is_internal_field
 
@@ -16,24 +17,31 @@ from .loop import AgenticLoop, is_internal_field
 class AgenticLoopMiddleware:
     """Runs server-side tool loops for non-streaming JSON requests on the model routes.
 
-    `hooks` are asked about every buffered answer, in order. `routes` maps a
-    request path to its wire format ("messages" or "chat_completions").
+    `hooks` (instances or dotted paths) are asked about every buffered answer, in
+    order. `config` is a YAML file (or settings from `load_config`); options given
+    here win over it, and `hooks` given here replace its callbacks.
     """
 
     def __init__(
         self,
         app: ASGIApp,
-        hooks: Sequence[object] = (),
+        hooks: Iterable[object] | None = None,
         *,
-        routes: Mapping[str, str] = DEFAULT_ROUTES,
-        max_agentic_loops: int = DEFAULT_MAX_AGENTIC_LOOPS,
+        config: str | os.PathLike[str] | Settings | None = None,
+        routes: Mapping[str, str] | None = None,
+        max_agentic_loops: int | None = None,
         custom_llm_provider: str | Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
-        self.settings = Settings(
-            routes=dict(routes), max_agentic_loops=max_agentic_loops, custom_llm_provider=custom_llm_provider
+        settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
+        self.settings = merged(
+            settings,
+            hooks=None if hooks is None else resolve_hooks(hooks, "hooks"),
+            routes=routes,
+            max_agentic_loops=max_agentic_loops,
+            custom_llm_provider=custom_llm_provider,
         )
-        self.hooks = tuple(BoundHook(hook) for hook in hooks)
+        self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         self.routes = self.settings.surface_routes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
