@@ -47,6 +47,15 @@ class AgenticHook:
     and the plan builder of the request's route is called when it says yes.
     """
 
+    async def async_pre_agentic_loop_request_hook(
+        self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Ours, not LiteLLM's: once per client request that takes part, before the first call of the model app.
+
+        Return a changed request body (e.g. with server tools declared), or None to keep it.
+        """
+        return None
+
     async def async_should_run_agentic_loop(
         self,
         response: Any,
@@ -110,6 +119,7 @@ CustomLogger = AgenticHook
 """LiteLLM's name for the same class, so ported hooks change only their imports."""
 
 HOOK_METHODS = (
+    "async_pre_agentic_loop_request_hook",
     "async_should_run_agentic_loop",
     "async_should_run_chat_completion_agentic_loop",
     "async_build_agentic_loop_plan",

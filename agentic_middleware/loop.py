@@ -24,6 +24,7 @@ from .surfaces import Surface, claims_of
 
 logger = logging.getLogger("agentic_middleware")
 
+REQUEST_HOOK = "async_pre_agentic_loop_request_hook"
 POST_HOOK = "async_post_agentic_loop_response_hook"
 CLEANUP_HOOK = "async_agentic_loop_cleanup_hook"
 
@@ -144,6 +145,7 @@ class AgenticLoop:
 
     async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
+        raw = await self.prepared(raw)
         answer = await self.call_app(raw)
         if answer is None:
             return None
@@ -166,6 +168,28 @@ class AgenticLoop:
         if self.depth:
             self.stop_reason = "app_answer"
         return answer
+
+    async def prepared(self, raw: bytes) -> bytes:
+        """The first request body after every request hook had its say, in hook order."""
+        changed_by = None
+        for hook in self.hooks:
+            if hook.methods[REQUEST_HOOK] is None:
+                continue
+            body = await hook.call(
+                REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
+            )
+            if body is None:
+                continue
+            if not isinstance(body, dict):
+                raise HookError(hook.name, REQUEST_HOOK, f"returned {type(body).__name__}, not a request body")
+            self.body = {name: value for name, value in body.items() if not is_internal_field(name)}
+            changed_by = hook
+        if changed_by is None:
+            return raw
+        try:
+            return dumps(self.body)
+        except TypeError as error:
+            raise HookError(changed_by.name, REQUEST_HOOK, f"the request is not JSON: {error}") from None
 
     async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""

@@ -362,3 +362,39 @@ async def test_chat_falls_back_to_the_messages_style_plan_builder_as_litellm_doe
     assert route.final_text(response.json()) == "built by the messages-style builder"
     assert seen[0]["anthropic_messages_optional_request_params"] == {"temperature": 1}
     assert seen[0]["kwargs"]["_agentic_loop_api_surface"] == "chat_completions"
+
+
+async def test_request_hooks_change_the_first_request_in_hook_order(route: Route) -> None:
+    class AddTool(CustomLogger):
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.seen: list[Any] = []
+
+        async def async_pre_agentic_loop_request_hook(self, request: Any, logging_obj: Any, kwargs: Any) -> Any:
+            self.seen.append((request, logging_obj.litellm_call_id, kwargs["_agentic_loop_depth"]))
+            return {**request, "tools": [*request.get("tools", []), {"name": self.name}], "_agentic_x": 1}
+
+    first, second = AddTool("first"), AddTool("second")
+    model = ScriptedModel(route.text("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[first, second])) as client:
+        await post(client, route, route.request())
+
+    sent = model.requests[0]
+    assert sent.body["tools"] == [{"name": "first"}, {"name": "second"}]
+    assert "_agentic_x" not in sent.body
+    assert int(sent.headers["content-length"]) == len(sent.raw)
+    assert second.seen[0][0]["tools"] == [{"name": "first"}]
+    assert first.seen[0][2] == 0
+
+
+async def test_a_request_hook_that_returns_no_body_is_a_hook_error(route: Route) -> None:
+    class Bad(CustomLogger):
+        async def async_pre_agentic_loop_request_hook(self, **_: Any) -> Any:
+            return ["not", "a", "body"]
+
+    model = ScriptedModel(route.text("never sent"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Bad()])) as client:
+        response = await post(client, route, route.request())
+    assert response.status_code == 500
+    assert "Bad.async_pre_agentic_loop_request_hook" in route.error(response.json())[1]
+    assert model.requests == []
