@@ -225,7 +225,7 @@ class AgenticLoop:
                 self.finish("terminate", hook, plan.stop_reason)
                 return answer
             if plan.run_agentic_loop:
-                self.seen.add(self.fingerprint(response))
+                self.seen.add(self.surface.fingerprint(response))
                 return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
         self.finish("finished")
         return answer
@@ -266,14 +266,10 @@ class AgenticLoop:
         """Why this round may not rerun, if it may not: the limit, or tool calls seen before."""
         if self.depth >= self.limit:
             return "limit"
-        fingerprint = self.fingerprint(response)
+        fingerprint = self.surface.fingerprint(response)
         if fingerprint and fingerprint in self.seen:
             return "repeated_tool_calls"
         return None
-
-    def fingerprint(self, response: JSONObject) -> tuple[tuple[str, bytes], ...]:
-        """All tool calls of a response by name and canonical input; ids and order left out."""
-        return tuple(sorted((str(call.name), call.input) for call in self.surface.tool_calls(response)))
 
     def overridden(self, answer: Answer, value: Any, hook: BoundHook, method: str) -> Answer:
         if isinstance(value, Mapping) and type(value) is not JSONObject:

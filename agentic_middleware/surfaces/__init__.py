@@ -1,20 +1,19 @@
-"""Wire formats: what the loop needs to know of each route's bodies, one module per format."""
+"""Wire formats: what the loop and the toolkit need to know of each route's bodies, one module per format."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
 
-class ToolCall(NamedTuple):
-    """A tool call of a response: its id, its name, and its input as canonical JSON bytes."""
+class ToolResult(NamedTuple):
+    """What a server tool gave for one call: the text the model reads, and whether it is an error."""
 
-    id: str | None
-    name: str | None
-    input: bytes
+    content: str
+    is_error: bool = False
 
 
 class Claims(NamedTuple):
@@ -22,9 +21,6 @@ class Claims(NamedTuple):
 
     ids: frozenset[str]
     names: frozenset[str]
-
-    def cover(self, call_id: object, name: object) -> bool:
-        return call_id in self.ids or name in self.names
 
 
 def field(value: Any, name: str) -> Any:
@@ -36,11 +32,6 @@ def field(value: Any, name: str) -> Any:
 
 def canonical(value: Any) -> bytes:
     """A tool input as JSON with sorted keys, so the same call always gives the same bytes."""
-    if isinstance(value, str | bytes):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return value.encode() if isinstance(value, str) else value
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:
@@ -65,7 +56,7 @@ def claims_of(gate_answers: Iterable[dict[str, Any]]) -> Claims:
 
 
 class Surface(ABC):
-    """One wire format: its hook methods, its tool calls, its error shape."""
+    """One wire format: its hook methods, its tool calls and tool turns, its error shape."""
 
     name: str
     provider: str  # the default `custom_llm_provider`
@@ -74,8 +65,23 @@ class Surface(ABC):
     plan_methods: tuple[str, ...]  # in order of preference
 
     @abstractmethod
-    def tool_calls(self, response: dict[str, Any]) -> list[ToolCall]:
-        """Every tool call of a response, the client's own included."""
+    def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every tool call of a response, as the wire objects, the client's own included."""
+
+    @abstractmethod
+    def call_name(self, call: dict[str, Any]) -> Any:
+        """The name of the tool a call is for."""
+
+    @abstractmethod
+    def call_input(self, call: dict[str, Any]) -> Any:
+        """A call's input, parsed (chat sends it as a JSON string; one that does not parse stays a string)."""
+
+    def fingerprint(self, response: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
+        """All tool calls by name and canonical input; ids and order left out."""
+        return tuple(sorted((str(self.call_name(c)), canonical(self.call_input(c))) for c in self.calls(response)))
+
+    def is_claimed(self, call: dict[str, Any], claims: Claims) -> bool:
+        return call.get("id") in claims.ids or self.call_name(call) in claims.names
 
     @abstractmethod
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
@@ -85,9 +91,30 @@ class Surface(ABC):
     def error_body(self, status: int, message: str, code: str) -> bytes:
         """An error body in the route's own shape."""
 
+    @abstractmethod
+    def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        """A function tool declared in the request's `tools`."""
+
+    @abstractmethod
+    def declared_name(self, tool: Any) -> Any:
+        """The name of a tool the request declares."""
+
+    @abstractmethod
+    def follow_up(
+        self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        """The turns that answer `calls`: the assistant turn as the model sent it with only these calls, then the
+        results, matched by id."""
+
 
 def surfaces() -> dict[str, Surface]:
+    """Every wire format by name."""
     from .chat import ChatCompletions
     from .messages import Messages
 
     return {surface.name: surface for surface in (Messages(), ChatCompletions())}
+
+
+def surface_for(api_surface: str) -> Surface:
+    """The wire format a hook's `kwargs["_agentic_loop_api_surface"]` names."""
+    return next(surface for surface in surfaces().values() if surface.api_surface == api_surface)

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from ..payload import JSONObject
-from . import Claims, Surface, ToolCall, canonical, field
+from . import Claims, Surface, ToolResult, field
 
-
-def _name_and_input(call: dict[str, Any]) -> tuple[Any, Any]:
-    """Function calls carry `function.arguments`; custom tool calls carry `custom.input`."""
-    if call.get("type") == "custom":
-        return field(call.get("custom"), "name"), field(call.get("custom"), "input")
-    return field(call.get("function"), "name"), field(call.get("function"), "arguments")
+ERROR_MARKER = "Error: "
 
 
 def _messages(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -39,13 +35,21 @@ class ChatCompletions(Surface):
     # LiteLLM's chat path also falls back to the messages-style builder when that is all a hook has.
     plan_methods = ("async_build_chat_completion_agentic_loop_plan", "async_build_agentic_loop_plan")
 
-    def tool_calls(self, response: dict[str, Any]) -> list[ToolCall]:
-        return [
-            ToolCall(call.get("id"), name, canonical(arguments))
-            for message in _messages(response)
-            for call in _calls(message)
-            for name, arguments in [_name_and_input(call)]
-        ]
+    def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
+        return [call for message in _messages(response) for call in _calls(message)]
+
+    def call_name(self, call: dict[str, Any]) -> Any:
+        # Function calls carry `function`; custom tool calls carry `custom`.
+        return field(call.get("custom") if call.get("type") == "custom" else call.get("function"), "name")
+
+    def call_input(self, call: dict[str, Any]) -> Any:
+        if call.get("type") == "custom":
+            return field(call.get("custom"), "input")
+        arguments = field(call.get("function"), "arguments")
+        try:
+            return orjson.loads(arguments) if isinstance(arguments, str) else arguments
+        except orjson.JSONDecodeError:
+            return arguments
 
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         choices = response.get("choices")
@@ -57,7 +61,7 @@ class ChatCompletions(Surface):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict) or not message.get("tool_calls"):
             return choice
-        kept = [c for c in _calls(message) if not claims.cover(c.get("id"), _name_and_input(c)[0])]
+        kept = [call for call in _calls(message) if not self.is_claimed(call, claims)]
         message = JSONObject(message, tool_calls=kept)
         choice = JSONObject(choice, message=message)
         if not kept:
@@ -71,3 +75,29 @@ class ChatCompletions(Surface):
     def error_body(self, status: int, message: str, code: str) -> bytes:
         kind = "invalid_request_error" if status < 500 else "server_error"
         return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+    def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+
+    def declared_name(self, tool: Any) -> Any:
+        if not isinstance(tool, dict):
+            return None
+        return field(tool.get("function") or tool.get("custom"), "name") or tool.get("name")
+
+    def follow_up(
+        self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        messages = _messages(response)
+        assistant: dict[str, Any] = dict(messages[0]) if messages else {"role": "assistant", "content": None}
+        assistant["tool_calls"] = list(calls)
+        return [
+            assistant,
+            *(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": f"{ERROR_MARKER}{result.content}" if result.is_error else result.content,
+                }
+                for call, result in zip(calls, results, strict=True)
+            ),
+        ]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from ..payload import JSONObject
-from . import Claims, Surface, ToolCall, canonical
+from . import Claims, Surface, ToolResult
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -32,24 +33,45 @@ class Messages(Surface):
     gates = ("async_should_run_agentic_loop",)
     plan_methods = ("async_build_agentic_loop_plan",)
 
-    def tool_calls(self, response: dict[str, Any]) -> list[ToolCall]:
+    def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
         content = response.get("content")
-        return [
-            ToolCall(block.get("id"), block.get("name"), canonical(block.get("input")))
-            for block in (content if isinstance(content, list) else ())
-            if _is_tool_use(block)
-        ]
+        return [block for block in (content if isinstance(content, list) else ()) if _is_tool_use(block)]
+
+    def call_name(self, call: dict[str, Any]) -> Any:
+        return call.get("name")
+
+    def call_input(self, call: dict[str, Any]) -> Any:
+        return call.get("input")
 
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         content = response.get("content")
         if not isinstance(content, list):
             return response
-        kept = [b for b in content if not (_is_tool_use(b) and claims.cover(b.get("id"), b.get("name")))]
+        kept = [block for block in content if not (_is_tool_use(block) and self.is_claimed(block, claims))]
         ended = JSONObject(response, content=kept)
-        if response.get("stop_reason") == "tool_use" and not any(_is_tool_use(b) for b in kept):
+        if response.get("stop_reason") == "tool_use" and not any(_is_tool_use(block) for block in kept):
             ended["stop_reason"] = "end_turn"
         return ended
 
     def error_body(self, status: int, message: str, code: str) -> bytes:
         kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
         return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+    def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "description": description, "input_schema": schema}
+
+    def declared_name(self, tool: Any) -> Any:
+        return tool.get("name") if isinstance(tool, dict) else None
+
+    def follow_up(
+        self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        # Thinking and text blocks stay where the model put them (thinking first); other calls are left out.
+        answered = {id(call) for call in calls}
+        content = [block for block in response.get("content") or () if not _is_tool_use(block) or id(block) in answered]
+        tool_results = [
+            {"type": "tool_result", "tool_use_id": call["id"], "content": result.content}
+            | ({"is_error": True} if result.is_error else {})
+            for call, result in zip(calls, results, strict=True)
+        ]
+        return [{"role": "assistant", "content": content}, {"role": "user", "content": tool_results}]
