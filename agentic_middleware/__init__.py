@@ -5,6 +5,7 @@ from .errors import ConfigurationError, HookError
 from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from .middleware import AgenticLoopMiddleware
 from .payload import JSONObject
+from .tools import ServerTool, ServerTools, server_tool
 
 __all__ = [
     "AgenticHook",
@@ -16,6 +17,9 @@ __all__ = [
     "CustomLogger",
     "HookError",
     "JSONObject",
+    "ServerTool",
+    "ServerTools",
     "Settings",
     "load_config",
+    "server_tool",
 ]

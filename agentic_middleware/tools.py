@@ -1,0 +1,218 @@
+"""Server tools in a few lines: declare functions as tools, and one hook serves them on both routes.
+
+@server_tool(description="Search the web.")
+async def web_search(query: str) -> str: ...
+
+app.add_middleware(AgenticLoopMiddleware, hooks=[ServerTools([web_search])])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+import orjson
+
+from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
+from .surfaces import Surface, ToolResult, surface_for
+
+logger = logging.getLogger("agentic_middleware")
+
+TRACE_FIELD = "server_tool_calls"
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """A function the server runs when the model calls the tool `name`."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    function: Callable[..., Any]
+    timeout: float | None = None
+
+    async def __call__(self, arguments: Any, timeout: float) -> ToolResult:
+        """Run once; a failure or a timeout becomes an error result the model can read."""
+        if not isinstance(arguments, dict):
+            return ToolResult(f"{self.name} needs a JSON object of arguments, got {arguments!r}", True)
+        try:
+            async with asyncio.timeout(self.timeout or timeout):
+                result = self.function(**arguments)
+                if inspect.isawaitable(result):
+                    result = await result
+        except TimeoutError:
+            return ToolResult(f"{self.name} timed out after {self.timeout or timeout:g} s", True)
+        except Exception as error:
+            logger.warning("server tool %s failed: %s: %s", self.name, type(error).__name__, error)
+            return ToolResult(f"{self.name} failed: {type(error).__name__}: {error}", True)
+        return ToolResult(result if isinstance(result, str) else orjson.dumps(result, default=str).decode())
+
+
+def _schema(function: Callable[..., Any]) -> dict[str, Any]:
+    """A JSON schema read off the signature: each parameter by its annotation, required unless defaulted."""
+    properties: dict[str, Any] = {}
+    required = []
+    hints = inspect.get_annotations(function, eval_str=True)
+    for name, parameter in inspect.signature(function).parameters.items():
+        annotation = hints.get(name)
+        kind = _JSON_TYPES.get(getattr(annotation, "__origin__", annotation))  # type: ignore[arg-type]
+        properties[name] = {"type": kind} if kind else {}
+        if parameter.default is inspect.Parameter.empty:
+            required.append(name)
+    return {"type": "object", "properties": properties, "required": required}
+
+
+@overload
+def server_tool(function: Callable[..., Any], /) -> ServerTool: ...
+@overload
+def server_tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict[str, Any] | None = None,
+    timeout: float | None = None,
+) -> Callable[[Callable[..., Any]], ServerTool]: ...
+def server_tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict[str, Any] | None = None,
+    timeout: float | None = None,
+) -> ServerTool | Callable[[Callable[..., Any]], ServerTool]:
+    """Declare a function as a server tool; name, description and schema default to the function's own."""
+
+    def declare(function: Callable[..., Any]) -> ServerTool:
+        return ServerTool(
+            name=name or function.__name__,
+            description=description or inspect.getdoc(function) or "",
+            input_schema=input_schema or _schema(function),
+            function=function,
+            timeout=timeout,
+        )
+
+    return declare if function is None else declare(function)
+
+
+@dataclass
+class ServerTools(AgenticHook):
+    """A hook that declares its tools to the model, runs the model's calls to them, and reruns with the results.
+
+    `native` maps a client-declared native tool to one of ours by its `type` (or the type's prefix before the
+    date): `{"web_search": "web_search"}` turns Anthropic's `{"type": "web_search_20250305", ...}` into our
+    `web_search` function tool. `timeout` bounds each call unless the tool sets its own; `keep_trace` adds
+    to the final response a `server_tool_calls` list of what ran.
+    """
+
+    tools: Iterable[ServerTool]
+    native: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = 30.0
+    keep_trace: bool = False
+
+    def __post_init__(self) -> None:
+        self.by_name = {tool.name: tool for tool in self.tools}
+        unknown = sorted(set(self.native.values()) - set(self.by_name))
+        if unknown:
+            raise ValueError(f"native maps to tools that are not served: {unknown}")
+
+    def _native_target(self, tool: Any) -> str | None:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(kind, str):
+            return None
+        return next(
+            (name for prefix, name in self.native.items() if kind == prefix or kind.startswith(f"{prefix}_")), None
+        )
+
+    async def async_pre_agentic_loop_request_hook(
+        self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Declare our tools; a client tool of the same name, or a native tool mapped to one, gives way to ours."""
+        surface = surface_for(kwargs["_agentic_loop_api_surface"])
+        client_tools = request.get("tools")
+        kept = [
+            tool
+            for tool in (client_tools if isinstance(client_tools, list) else ())
+            if self._native_target(tool) is None and surface.declared_name(tool) not in self.by_name
+        ]
+        ours = [surface.tool_definition(t.name, t.description, t.input_schema) for t in self.by_name.values()]
+        return {**request, "tools": [*kept, *ours]}
+
+    def _claimed(self, surface: Surface, response: Any) -> list[dict[str, Any]]:
+        return [call for call in surface.calls(response) if surface.call_name(call) in self.by_name]
+
+    async def async_should_run_agentic_loop(
+        self,
+        response: Any,
+        model: str,
+        messages: list[Any],
+        tools: list[Any] | None,
+        stream: bool,
+        custom_llm_provider: str,
+        kwargs: dict[str, Any],
+    ) -> tuple[bool, dict[str, Any]]:
+        calls = self._claimed(surface_for(kwargs["_agentic_loop_api_surface"]), response)
+        return (True, {"tool_calls": calls}) if calls else (False, {})
+
+    async def _plan(
+        self, claim: dict[str, Any], messages: list[Any], response: Any, kwargs: dict[str, Any]
+    ) -> AgenticLoopPlan:
+        """Run every claimed call concurrently, then rerun with the assistant turn and the results.
+
+        Calls to the client's own tools in the same turn are left out of it: the model is asked again with our
+        results and calls the client's tool again if it still needs it, so the client only ever sees its own.
+        """
+        surface = surface_for(kwargs["_agentic_loop_api_surface"])
+        calls = claim["tool_calls"]
+        results = await asyncio.gather(
+            *(self.by_name[surface.call_name(call)](surface.call_input(call), self.timeout) for call in calls)
+        )
+        trace = [
+            {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
+            for call, result in zip(calls, results, strict=True)
+        ]
+        follow_up = [*messages, *surface.follow_up(response, calls, results)]
+        return AgenticLoopPlan(
+            run_agentic_loop=True,
+            request_patch=AgenticLoopRequestPatch(messages=follow_up),
+            metadata={TRACE_FIELD: trace},
+        )
+
+    async def async_build_agentic_loop_plan(
+        self,
+        tools: dict[str, Any],
+        model: str,
+        messages: list[Any],
+        response: Any,
+        anthropic_messages_provider_config: Any,
+        anthropic_messages_optional_request_params: dict[str, Any],
+        logging_obj: Any,
+        stream: bool,
+        kwargs: dict[str, Any],
+    ) -> AgenticLoopPlan:
+        return await self._plan(tools, messages, response, kwargs)
+
+    async def async_build_chat_completion_agentic_loop_plan(
+        self,
+        tools: dict[str, Any],
+        model: str,
+        messages: list[Any],
+        response: Any,
+        optional_params: dict[str, Any],
+        logging_obj: Any,
+        stream: bool,
+        kwargs: dict[str, Any],
+    ) -> AgenticLoopPlan:
+        return await self._plan(tools, messages, response, kwargs)
+
+    async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: dict[str, Any]) -> Any:
+        """With `keep_trace`, record what ran; post hooks run innermost first, so earlier rounds go in front."""
+        if not self.keep_trace or not isinstance(response, dict):
+            return response
+        return {**response, TRACE_FIELD: [*plan.metadata[TRACE_FIELD], *(response.get(TRACE_FIELD) or [])]}

@@ -1,0 +1,215 @@
+"""The toolkit: tools declared to the model, run concurrently under timeouts, answered in each route's format."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from conftest import anthropic_client, http_client, openai_client
+from support import Route, post
+
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, message, tool_use
+
+
+@pytest.fixture(params=["messages", "chat"])
+def route(request: pytest.FixtureRequest) -> Route:
+    return Route(request.param)
+
+
+@server_tool(description="Look a word up in the dictionary.")
+async def define(word: str, language: str = "en") -> str:
+    return f"{word} ({language}): a word"
+
+
+@server_tool
+def add(a: int, b: int) -> dict[str, int]:
+    """Add two numbers."""
+    return {"sum": a + b}
+
+
+def test_a_declared_tool_takes_its_name_description_and_schema_from_the_function() -> None:
+    assert define.name == "define"
+    assert define.description == "Look a word up in the dictionary."
+    assert define.input_schema == {
+        "type": "object",
+        "properties": {"word": {"type": "string"}, "language": {"type": "string"}},
+        "required": ["word"],
+    }
+    assert add.description == "Add two numbers."
+    assert add.input_schema["properties"] == {"a": {"type": "integer"}, "b": {"type": "integer"}}
+
+
+async def test_the_tools_are_declared_to_the_model_in_each_routes_format() -> None:
+    model = ScriptedModel(message("hi"), chat_completion("hi"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([define])])
+    await anthropic_client(app).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    await openai_client(app).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+
+    messages_tools, chat_tools = (request.body["tools"] for request in model.requests)
+    assert messages_tools == [
+        {"name": "define", "description": define.description, "input_schema": define.input_schema}
+    ]
+    assert chat_tools == [
+        {
+            "type": "function",
+            "function": {"name": "define", "description": define.description, "parameters": define.input_schema},
+        }
+    ]
+
+
+async def test_a_native_tool_is_mapped_onto_ours_and_client_tools_are_kept() -> None:
+    model = ScriptedModel(message("hi"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([define], native={"web_search": "define"})])
+    client_tool = {"name": "client_tool", "description": "mine", "input_schema": {"type": "object"}}
+    await anthropic_client(app).messages.create(
+        model="m",
+        max_tokens=5,
+        messages=[{"role": "user", "content": "x"}],
+        tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}, client_tool],  # type: ignore[list-item]
+    )
+    assert [tool["name"] for tool in model.requests[0].body["tools"]] == ["client_tool", "define"]
+
+
+async def test_calls_run_concurrently_and_results_come_back_matched_by_id(route: Route) -> None:
+    both_running = asyncio.Barrier(2)
+
+    @server_tool
+    async def slow(n: int) -> str:
+        async with asyncio.timeout(5):
+            await both_running.wait()  # only returns when both calls are running at once
+        return f"slow {n}"
+
+    model = ScriptedModel(route.calls(("slow", {"n": 1}, "id_a"), ("slow", {"n": 2}, "id_b")), route.text("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([slow])])) as client:
+        response = await post(client, route, route.request())
+
+    assert route.final_text(response.json()) == "done"
+    follow_up = model.requests[1].body["messages"]
+    if route.name == "messages":
+        assert follow_up[-1]["content"] == [
+            {"type": "tool_result", "tool_use_id": "id_a", "content": "slow 1"},
+            {"type": "tool_result", "tool_use_id": "id_b", "content": "slow 2"},
+        ]
+    else:
+        assert follow_up[-2:] == [
+            {"role": "tool", "tool_call_id": "id_a", "content": "slow 1"},
+            {"role": "tool", "tool_call_id": "id_b", "content": "slow 2"},
+        ]
+
+
+async def test_a_failing_or_slow_tool_becomes_an_error_result_the_model_reads(route: Route) -> None:
+    @server_tool
+    async def broken() -> str:
+        raise RuntimeError("index offline")
+
+    @server_tool(timeout=0.05)
+    async def stuck() -> str:
+        await asyncio.sleep(10)
+        return "never"
+
+    model = ScriptedModel(route.calls(("broken", {}, "id_1"), ("stuck", {}, "id_2")), route.text("sorry"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([broken, stuck])])) as client:
+        response = await post(client, route, route.request())
+
+    assert response.status_code == 200
+    follow_up = model.requests[1].body["messages"]
+    if route.name == "messages":
+        results = follow_up[-1]["content"]
+        assert [r["is_error"] for r in results] == [True, True]
+        texts = [r["content"] for r in results]
+    else:
+        texts = [m["content"] for m in follow_up[-2:]]
+        assert all(text.startswith("Error: ") for text in texts)
+    assert "broken failed: RuntimeError: index offline" in texts[0]
+    assert "stuck timed out after 0.05 s" in texts[1]
+
+
+async def test_the_assistant_turn_keeps_thinking_first_and_text_as_sent() -> None:
+    thinking = {"type": "thinking", "thinking": "I should look it up.", "signature": "sig"}
+    model = ScriptedModel(
+        message(thinking, "Let me check.", tool_use("define", {"word": "ozone"}, id="toolu_x")),
+        message("Ozone is a gas."),
+    )
+    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[ServerTools([define])]))
+    reply = await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "ozone?"}])
+
+    assert reply.content[0].text == "Ozone is a gas."  # type: ignore[union-attr]
+    assistant = model.requests[1].body["messages"][1]
+    assert assistant == {
+        "role": "assistant",
+        "content": [
+            thinking,
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "toolu_x", "name": "define", "input": {"word": "ozone"}},
+        ],
+    }
+
+
+def mixed_model(route: Route) -> ScriptedModel:
+    """Calls our tool and the client's in one turn; once it has our result, calls only the client's."""
+
+    def reply(request: RecordedRequest) -> Any:
+        history = json.dumps(request.body["messages"])
+        if "a word" in history:  # our tool's result is in the history
+            return route.calls(("client_tool", {"x": 1}, "client_call"), text="Now yours.")
+        return route.calls(("define", {"word": "w"}, "server_call"), ("client_tool", {"x": 1}, "client_call"))
+
+    return ScriptedModel(default=reply)
+
+
+async def test_a_mixed_turn_gives_the_client_only_its_own_calls_under_both_sdks() -> None:
+    model = mixed_model(Route("messages"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([define])])
+    client_tool = {"name": "client_tool", "description": "mine", "input_schema": {"type": "object"}}
+    reply = await anthropic_client(app).messages.create(
+        model="m",
+        max_tokens=5,
+        messages=[{"role": "user", "content": "go"}],
+        tools=[client_tool],  # type: ignore[list-item]
+    )
+    assert reply.stop_reason == "tool_use"
+    assert [(b.type, getattr(b, "name", None)) for b in reply.content] == [("text", None), ("tool_use", "client_tool")]
+    # The rerun answered every call of the turn it carried: the client's call was left out of it.
+    rerun = model.requests[1].body["messages"]
+    assert [b["name"] for b in rerun[1]["content"] if b["type"] == "tool_use"] == ["define"]
+    assert [r["tool_use_id"] for r in rerun[2]["content"]] == ["server_call"]
+
+    model = mixed_model(Route("chat"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([define])])
+    completion = await openai_client(app).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "go"}],
+        tools=[{"type": "function", "function": {"name": "client_tool", "parameters": {"type": "object"}}}],
+    )
+    calls = completion.choices[0].message.tool_calls or []
+    assert [call.function.name for call in calls] == ["client_tool"]  # type: ignore[union-attr]
+    rerun = model.requests[1].body["messages"]
+    assert [c["id"] for c in rerun[1]["tool_calls"]] == ["server_call"]
+    assert rerun[2]["tool_call_id"] == "server_call"
+
+
+async def test_the_final_response_holds_no_trace_unless_asked(route: Route) -> None:
+    def script() -> ScriptedModel:
+        return ScriptedModel(
+            route.calls(("define", {"word": "a"})), route.calls(("add", {"a": 1, "b": 2})), route.text("done")
+        )
+
+    async with http_client(AgenticLoopMiddleware(script(), hooks=[ServerTools([define, add])])) as client:
+        plain = (await post(client, route, route.request())).json()
+    hook = ServerTools([define, add], keep_trace=True)
+    async with http_client(AgenticLoopMiddleware(script(), hooks=[hook])) as client:
+        traced = (await post(client, route, route.request())).json()
+
+    assert "server_tool_calls" not in plain and "define" not in json.dumps(plain)
+    assert traced["server_tool_calls"] == [
+        {"name": "define", "input": {"word": "a"}, "is_error": False},
+        {"name": "add", "input": {"a": 1, "b": 2}, "is_error": False},
+    ]
+
+
+def test_native_must_map_to_a_served_tool() -> None:
+    with pytest.raises(ValueError, match="not served"):
+        ServerTools([define], native={"web_search": "search"})
