@@ -23,6 +23,8 @@ from .surfaces import Surface, ToolResult, surface_for
 logger = logging.getLogger("agentic_middleware")
 
 TRACE_FIELD = "server_tool_calls"
+# A tool function that declares this parameter gets the request's `logging_obj`: per-request state lives there.
+REQUEST_PARAMETER = "logging_obj"
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 
@@ -37,10 +39,12 @@ class ServerTool:
     function: Callable[..., Any]
     timeout: float | None = None
 
-    async def __call__(self, arguments: Any, timeout: float) -> ToolResult:
+    async def __call__(self, arguments: Any, timeout: float, logging_obj: Any) -> ToolResult:
         """Run once; a failure or a timeout becomes an error result the model can read."""
         if not isinstance(arguments, dict):
             return ToolResult(f"{self.name} needs a JSON object of arguments, got {arguments!r}", True)
+        if REQUEST_PARAMETER in inspect.signature(self.function).parameters:
+            arguments = {**arguments, REQUEST_PARAMETER: logging_obj}
         try:
             async with asyncio.timeout(self.timeout or timeout):
                 result = self.function(**arguments)
@@ -60,6 +64,8 @@ def _schema(function: Callable[..., Any]) -> dict[str, Any]:
     required = []
     hints = inspect.get_annotations(function, eval_str=True)
     for name, parameter in inspect.signature(function).parameters.items():
+        if name == REQUEST_PARAMETER:
+            continue
         annotation = hints.get(name)
         kind = _JSON_TYPES.get(getattr(annotation, "__origin__", annotation))  # type: ignore[arg-type]
         properties[name] = {"type": kind} if kind else {}
@@ -161,7 +167,7 @@ class ServerTools(AgenticHook):
         return (True, {"tool_calls": calls}) if calls else (False, {})
 
     async def _plan(
-        self, claim: dict[str, Any], messages: list[Any], response: Any, kwargs: dict[str, Any]
+        self, claim: dict[str, Any], messages: list[Any], response: Any, logging_obj: Any, kwargs: dict[str, Any]
     ) -> AgenticLoopPlan:
         """Run every claimed call concurrently, then rerun with the assistant turn and the results.
 
@@ -171,7 +177,10 @@ class ServerTools(AgenticHook):
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         calls = claim["tool_calls"]
         results = await asyncio.gather(
-            *(self.by_name[surface.call_name(call)](surface.call_input(call), self.timeout) for call in calls)
+            *(
+                self.by_name[surface.call_name(call)](surface.call_input(call), self.timeout, logging_obj)
+                for call in calls
+            )
         )
         trace = [
             {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
@@ -196,7 +205,7 @@ class ServerTools(AgenticHook):
         stream: bool,
         kwargs: dict[str, Any],
     ) -> AgenticLoopPlan:
-        return await self._plan(tools, messages, response, kwargs)
+        return await self._plan(tools, messages, response, logging_obj, kwargs)
 
     async def async_build_chat_completion_agentic_loop_plan(
         self,
@@ -209,7 +218,7 @@ class ServerTools(AgenticHook):
         stream: bool,
         kwargs: dict[str, Any],
     ) -> AgenticLoopPlan:
-        return await self._plan(tools, messages, response, kwargs)
+        return await self._plan(tools, messages, response, logging_obj, kwargs)
 
     async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: dict[str, Any]) -> Any:
         """With `keep_trace`, record what ran; post hooks run innermost first, so earlier rounds go in front."""

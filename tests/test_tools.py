@@ -213,3 +213,22 @@ async def test_the_final_response_holds_no_trace_unless_asked(route: Route) -> N
 def test_native_must_map_to_a_served_tool() -> None:
     with pytest.raises(ValueError, match="not served"):
         ServerTools([define], native={"web_search": "search"})
+
+
+async def test_a_tool_may_keep_per_request_state_in_logging_obj(route: Route) -> None:
+    seen: list[Any] = []
+
+    @server_tool
+    def remember(key: str, logging_obj: Any) -> str:
+        seen.append(logging_obj.litellm_call_id)
+        logging_obj.model_call_details.setdefault("keys", []).append(key)
+        return ",".join(logging_obj.model_call_details["keys"])
+
+    assert "logging_obj" not in remember.input_schema["properties"]
+    model = ScriptedModel(
+        route.calls(("remember", {"key": "a"})), route.calls(("remember", {"key": "b"})), route.text("ok")
+    )
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([remember])])) as client:
+        await post(client, route, route.request())
+    assert len(set(seen)) == 1
+    assert "a,b" in json.dumps(model.requests[2].body["messages"][-1])
