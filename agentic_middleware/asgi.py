@@ -76,11 +76,13 @@ class ResponseCapture:
     """The `send` of one internal call: buffers a readable JSON answer, forwards anything else.
 
     Anything that is not a 2xx JSON body goes to the client as the app sends
-    it, chunk by chunk, and `forwarded` records that the client has an answer.
+    it, chunk by chunk (with `forward_headers` added to its start), and
+    `forwarded` records that the client has an answer.
     """
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, forward_headers: Headers) -> None:
         self.client_send = send
+        self.forward_headers = forward_headers
         self.start: Message | None = None
         self.chunks: list[bytes] = []
         self.complete = False
@@ -94,6 +96,8 @@ class ResponseCapture:
                 self.start = message
             else:
                 self.forwarded = True
+                if self.forward_headers:
+                    message = {**message, "headers": [*message.get("headers", ()), *self.forward_headers]}
                 await self.client_send(message)
         elif message["type"] == "http.response.body" and self.start is not None:
             self.chunks.append(message.get("body", b""))

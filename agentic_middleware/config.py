@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -46,9 +46,20 @@ class Settings:
     routes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ROUTES))
     max_agentic_loops: int = DEFAULT_MAX_AGENTIC_LOOPS
     custom_llm_provider: str | Mapping[str, str] | None = None
+    sum_usage: bool = True
+    log_bodies: bool = False
+    tracing: bool = False
+    on_round: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
+        for name in ("sum_usage", "log_bodies", "tracing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.on_round, str):
+            object.__setattr__(self, "on_round", _import_callable(self.on_round, "on_round", None))
+        if self.on_round is not None and not callable(self.on_round):
+            raise ConfigurationError(f"on_round must be a callable or a dotted path to one, got {self.on_round!r}")
         known = surfaces()
         if not isinstance(self.routes, Mapping):
             raise ConfigurationError(f"routes must map a path to a wire format, got {self.routes!r}")
@@ -138,6 +149,12 @@ def _import_path(path: str, where: str, folder: Path | None) -> object:
     return hook
 
 
+def _import_callable(path: str, where: str, folder: Path | None) -> object:
+    if "." not in path:
+        raise ConfigurationError(f"{where} must be a dotted path such as my_module.record_round, got {path!r}")
+    return _import_path(path, where, folder)
+
+
 def load_config(path: str | os.PathLike[str]) -> Settings:
     """Read a YAML file: LiteLLM's `litellm_settings.callbacks` and the `agentic_middleware` section."""
     try:
@@ -169,6 +186,8 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
         for where, listed in zip(("litellm_settings.callbacks", f"{SECTION}.hooks"), entries, strict=True)
         for hook in resolve_hooks(listed, f"{where} in {file}", file.parent.resolve())
     )
+    if isinstance(options.get("on_round"), str):
+        options["on_round"] = _import_callable(options["on_round"], f"{SECTION}.on_round in {file}", file.parent)
     if isinstance(options.get("max_agentic_loops"), str) and options["max_agentic_loops"].strip().isdigit():
         options["max_agentic_loops"] = int(options["max_agentic_loops"])
     try:

@@ -8,9 +8,11 @@ after a gate says yes and before its plan is built.
 
 from __future__ import annotations
 
+import itertools
 import logging
-import uuid
+import os
 from collections.abc import Mapping, Sequence
+from time import perf_counter
 from typing import Any, NamedTuple
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,10 +21,23 @@ from .asgi import ResponseCapture, replay, with_length, without
 from .config import Settings, loop_limit
 from .errors import ConfigurationError, HookError, LoopError, ModelAppError
 from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
+from .observe import (
+    ENDED_BY_HEADER,
+    RERUNS_HEADER,
+    STOP_REASON_HEADER,
+    Observer,
+    RoundRecord,
+    set_attributes,
+    sum_usage,
+)
 from .payload import JSONObject, dumps, parse_object, wrap
 from .surfaces import Surface, claims_of
 
 logger = logging.getLogger("agentic_middleware")
+
+# Call ids: unique per process by a random prefix, cheap to make for every request.
+_call_ids = itertools.count(1)
+_CALL_ID_PREFIX = os.urandom(6).hex()
 
 REQUEST_HOOK = "async_pre_agentic_loop_request_hook"
 POST_HOOK = "async_post_agentic_loop_response_hook"
@@ -32,6 +47,11 @@ CLEANUP_HOOK = "async_agentic_loop_cleanup_hook"
 def is_internal_field(name: str) -> bool:
     """Body fields that only trusted server code may set; a client's are removed."""
     return name == "max_agentic_loops" or name.startswith("_agentic_")
+
+
+def _claimed_calls(claim: Any) -> list[dict[str, Any]]:
+    calls = claim.get("tool_calls") if isinstance(claim, Mapping) else None
+    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list | tuple) else []
 
 
 class Reply(NamedTuple):
@@ -85,6 +105,7 @@ class AgenticLoop:
         app: ASGIApp,
         hooks: Sequence[BoundHook],
         settings: Settings,
+        observer: Observer,
         surface: Surface,
         scope: Scope,
         receive: Receive,
@@ -94,6 +115,7 @@ class AgenticLoop:
         self.app = app
         self.hooks = hooks
         self.settings = settings
+        self.observer = observer
         self.surface = surface
         self.scope = scope
         self.receive = receive
@@ -113,12 +135,15 @@ class AgenticLoop:
         self.executed: list[Rerun] = []
         self.forwarded = False
         self.stop_reason = "finished"
-        call_id = str(uuid.uuid4())
+        self.plan_stop_reason: str | None = None
+        self.usages: list[Any] = []
+        call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self.logging_obj = AgenticLoopLogging(
             litellm_call_id=call_id,
             route=surface.name,
             logger=logging.LoggerAdapter(logger, {"litellm_call_id": call_id}),
         )
+        self.round = RoundRecord(call_id, surface.name, 0)
 
     @property
     def call_id(self) -> str:
@@ -126,22 +151,51 @@ class AgenticLoop:
 
     async def run(self, raw: bytes) -> None:
         """Answer the client exactly once, and run every executed plan's cleanup hook."""
-        reply: Reply | None = None
-        try:
-            answer = await self.rounds(raw)
-            if answer is not None:
-                reply = (await self.unwind(answer)).reply()
-        except LoopError as error:
-            reply = self.error_reply(error, error)
-        except Exception as error:
-            if self.forwarded:
-                raise  # the client already has the app's own answer under way
-            reply = self.error_reply(LoopError(f"internal error: {type(error).__name__}"), error)
-        finally:
-            await self.clean_up()
-        if reply is not None:
-            await self.send(reply.start)
-            await self.send({"type": "http.response.body", "body": reply.body})
+        with self.observer.span(
+            f"agentic_loop {self.surface.name}",
+            **{"agentic_loop.call_id": self.call_id, "gen_ai.request.model": self.body.get("model")},
+        ) as span:
+            reply: Reply | None = None
+            try:
+                answer = await self.rounds(raw)
+                if answer is not None:
+                    reply = self.accounted(await self.unwind(answer))
+            except LoopError as error:
+                reply = self.error_reply(error, error)
+            except Exception as error:
+                if self.forwarded:
+                    raise  # the client already has the app's own answer under way
+                reply = self.error_reply(LoopError(f"internal error: {type(error).__name__}"), error)
+            finally:
+                await self.clean_up()
+                self.round.outcome = self.stop_reason
+                await self.observer.round_done(self.round, self.logging_obj.logger)
+                set_attributes(span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason})
+            if reply is not None:
+                await self.send(reply.start)
+                await self.send({"type": "http.response.body", "body": reply.body})
+
+    def touched(self) -> bool:
+        """Whether the loop changed anything: an answer no hook acted on keeps the app's bytes and headers."""
+        return self.depth > 0 or self.stop_reason != "finished"
+
+    def accounted(self, answer: Answer) -> Reply:
+        """The final reply: the usage of every model call summed, and headers that say how the loop went."""
+        if not self.touched():
+            return answer.reply()
+        if self.depth and self.settings.sum_usage and isinstance(answer.data, Mapping):
+            answer = answer.replaced(JSONObject(answer.data, usage=sum_usage(self.usages)))
+        reply = answer.reply()
+        return Reply({**reply.start, "headers": [*reply.start["headers"], *self.loop_headers()]}, reply.body)
+
+    def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:
+        headers = [
+            (RERUNS_HEADER, str(self.depth).encode()),
+            (ENDED_BY_HEADER, (ended_by or self.stop_reason).encode()),
+        ]
+        if self.plan_stop_reason:
+            headers.append((STOP_REASON_HEADER, self.plan_stop_reason.encode("latin-1", "replace")))
+        return headers
 
     async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
@@ -156,7 +210,10 @@ class AgenticLoop:
                 return step
             self.executed.append(step)
             self.body = self.patched(step)
+            self.round.outcome = "rerun"
+            await self.observer.round_done(self.round, self.logging_obj.logger)
             self.depth += 1
+            self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
             try:
                 raw = dumps(self.body)
             except TypeError as error:
@@ -175,8 +232,8 @@ class AgenticLoop:
         for hook in self.hooks:
             if hook.methods[REQUEST_HOOK] is None:
                 continue
-            body = await hook.call(
-                REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
+            body = await self.call_hook(
+                hook, REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
             )
             if body is None:
                 continue
@@ -200,13 +257,16 @@ class AgenticLoop:
                 continue
             refusal = self.refusal(response)
             if refusal is not None:
+                self.round.tools = [str(self.surface.call_name(c)) for c in _claimed_calls(claim)]
                 self.finish(refusal, hook)
                 claims = claims_of([claim, *await self.other_claims(hook, response)])
                 return answer.replaced(self.surface.without_claimed(response, claims))
             method = hook.plan_method(self.surface.plan_methods)
             if method is None:
                 continue
-            raw_plan = await hook.call(
+            self.round.tools = [str(self.surface.call_name(c)) for c in _claimed_calls(claim)]
+            raw_plan = await self.call_hook(
+                hook,
                 method,
                 tools=claim,
                 model=self.body.get("model"),
@@ -235,7 +295,8 @@ class AgenticLoop:
         for gate in self.surface.gates:
             if hook.methods[gate] is None:
                 continue
-            result = await hook.call(
+            result = await self.call_hook(
+                hook,
                 gate,
                 response=response,
                 model=self.body.get("model"),
@@ -298,7 +359,7 @@ class AgenticLoop:
     async def post_processed(self, step: Rerun, answer: Answer) -> Answer:
         if step.hook.methods[POST_HOOK] is None or answer.data is None:
             return answer
-        result = await step.hook.call(POST_HOOK, response=answer.data, plan=step.plan, kwargs=step.kwargs)
+        result = await self.call_hook(step.hook, POST_HOOK, response=answer.data, plan=step.plan, kwargs=step.kwargs)
         if result is None:
             return answer
         if type(result) is dict:
@@ -358,19 +419,38 @@ class AgenticLoop:
     async def call_app(self, body: bytes) -> Answer | None:
         """One internal call of the model app; None when its answer went straight to the client."""
         scope = {**self.call_scope, "headers": with_length(self.call_scope["headers"], len(body))}
-        capture = ResponseCapture(self.send)
-        try:
-            await self.app(scope, replay(body, self.receive), capture.send)
-        except Exception as error:
+        capture = ResponseCapture(self.send, self.loop_headers("app_answer") if self.depth else [])
+        started = perf_counter()
+        model = self.body.get("model")
+        with self.observer.span(
+            f"chat {model}",
+            **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": model,
+                "agentic_loop.depth": self.depth,
+            },
+        ) as span:
+            try:
+                await self.app(scope, replay(body, self.receive), capture.send)
+            except Exception as error:
+                if capture.forwarded:
+                    raise
+                raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
+            finally:
+                self.round.app_seconds += perf_counter() - started
             if capture.forwarded:
-                raise
-            raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
-        if capture.forwarded:
-            self.forwarded = True
-            return None
-        if capture.start is None or not capture.complete:
-            raise ModelAppError("the model app ended a call without a complete response")
-        return Answer.parse(capture.start, capture.body)
+                self.forwarded = True
+                return None
+            if capture.start is None or not capture.complete:
+                raise ModelAppError("the model app ended a call without a complete response")
+            answer = Answer.parse(capture.start, capture.body)
+            usage = answer.data.get("usage") if answer.data is not None else None
+            self.usages.append(usage)
+            self.round.usage = usage
+            if span is not None:
+                set_attributes(span, **self.surface.token_attributes(usage))
+        return answer
 
     async def clean_up(self) -> None:
         """The cleanup hooks of plans not unwound yet (after a failure), innermost first."""
@@ -382,27 +462,37 @@ class AgenticLoop:
         if step.hook.methods[CLEANUP_HOOK] is None:
             return
         try:
-            await step.hook.call(CLEANUP_HOOK, plan=step.plan, kwargs=step.kwargs)
+            await self.call_hook(step.hook, CLEANUP_HOOK, plan=step.plan, kwargs=step.kwargs)
         except HookError as error:
             self.logging_obj.logger.error("%s", error, exc_info=error.__cause__)
 
-    def finish(self, reason: str, hook: BoundHook | None = None, detail: str | None = None) -> None:
+    def finish(self, reason: str, hook: BoundHook | None = None, plan_stop_reason: str | None = None) -> None:
+        """Record why the loop ends; the observer reports it with the last round."""
         self.stop_reason = reason
-        level = {"limit": logging.WARNING, "repeated_tool_calls": logging.WARNING, "finished": logging.DEBUG}.get(
-            reason, logging.INFO
-        )
-        self.logging_obj.logger.log(
-            level,
-            "agentic loop ended: %s after %d reruns (hook %s%s)",
-            reason,
-            self.depth,
-            hook.name if hook else "-",
-            f", stop_reason {detail!r}" if detail else "",
-        )
+        self.plan_stop_reason = plan_stop_reason
+        self.round.hook = hook.name if hook else self.round.hook
+        self.round.stop_reason = plan_stop_reason
+
+    async def call_hook(self, hook: BoundHook, method: str, **arguments: Any) -> Any:
+        """Call a hook method, timed into the round and traced when tracing is on."""
+        started = perf_counter()
+        with self.observer.span(
+            f"agentic_hook {method}", **{"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
+        ):
+            try:
+                return await hook.call(method, **arguments)
+            finally:
+                self.round.hook_seconds += perf_counter() - started
 
     def error_reply(self, error: LoopError, cause: BaseException) -> Reply:
         self.stop_reason = "hook_error" if isinstance(error, HookError) else "app_error"
+        if isinstance(error, HookError):
+            self.round.hook = error.hook
         self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=cause.__cause__ or cause)
         body = self.surface.error_body(error.status, str(error), error.code)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *self.loop_headers(),
+        ]
         return Reply({"type": "http.response.start", "status": error.status, "headers": headers}, body)

@@ -12,6 +12,7 @@ from .asgi import read_body, replay, scope_with_body_length
 from .config import Settings, load_config, merged, resolve_hooks
 from .hooks import BoundHook
 from .loop import AgenticLoop, is_internal_field
+from .observe import Observer, RoundCallback
 
 
 class AgenticLoopMiddleware:
@@ -31,6 +32,10 @@ class AgenticLoopMiddleware:
         routes: Mapping[str, str] | None = None,
         max_agentic_loops: int | None = None,
         custom_llm_provider: str | Mapping[str, str] | None = None,
+        sum_usage: bool | None = None,
+        log_bodies: bool | None = None,
+        tracing: bool | None = None,
+        on_round: RoundCallback | str | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -40,8 +45,13 @@ class AgenticLoopMiddleware:
             routes=routes,
             max_agentic_loops=max_agentic_loops,
             custom_llm_provider=custom_llm_provider,
+            sum_usage=sum_usage,
+            log_bodies=log_bodies,
+            tracing=tracing,
+            on_round=on_round,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
+        self.observer = Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies)
         self.routes = self.settings.surface_routes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -64,6 +74,9 @@ class AgenticLoopMiddleware:
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
             if self.hooks and not body.get("stream"):
-                await AgenticLoop(self.app, self.hooks, self.settings, surface, scope, receive, send, body).run(raw)
+                loop = AgenticLoop(
+                    self.app, self.hooks, self.settings, self.observer, surface, scope, receive, send, body
+                )
+                await loop.run(raw)
                 return
         await self.app(scope, replay(raw, receive), send)

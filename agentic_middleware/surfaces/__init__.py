@@ -84,6 +84,10 @@ class Surface(ABC):
         return call.get("id") in claims.ids or self.call_name(call) in claims.names
 
     @abstractmethod
+    def token_attributes(self, usage: Any) -> dict[str, Any]:
+        """OpenTelemetry GenAI token counts of one call's usage."""
+
+    @abstractmethod
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         """A copy of the response without the claimed calls, ending the turn if none of the client's remain."""
 

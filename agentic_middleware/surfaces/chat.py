@@ -51,6 +51,13 @@ class ChatCompletions(Surface):
         except orjson.JSONDecodeError:
             return arguments
 
+    def token_attributes(self, usage: Any) -> dict[str, Any]:
+        usage = usage if isinstance(usage, dict) else {}
+        return {
+            "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
+            "gen_ai.usage.output_tokens": usage.get("completion_tokens"),
+        }
+
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         choices = response.get("choices")
         if not isinstance(choices, list):

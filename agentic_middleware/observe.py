@@ -1,0 +1,122 @@
+"""Accounting for a looped request: round records, log lines, the `on_round` callback, usage sums, traces.
+
+None of it runs for requests that pass through; tracing imports OpenTelemetry only when it is turned on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import ConfigurationError
+
+logger = logging.getLogger("agentic_middleware")
+
+RERUNS_HEADER = b"x-agentic-loop-reruns"
+ENDED_BY_HEADER = b"x-agentic-loop-ended-by"
+STOP_REASON_HEADER = b"x-agentic-loop-stop-reason"
+
+
+@dataclass
+class RoundRecord:
+    """One round of a client request's loop: one model-app call and what the hooks made of its answer.
+
+    `outcome` is "rerun" for every round but the last; the last one says why the loop ended.
+    """
+
+    litellm_call_id: str
+    route: str
+    depth: int
+    outcome: str = "finished"
+    hook: str | None = None
+    tools: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+    app_seconds: float = 0.0
+    hook_seconds: float = 0.0
+    usage: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+RoundCallback = Callable[[RoundRecord], Any]
+
+
+def sum_usage(usages: Sequence[Any]) -> Any:
+    """The usage of every call added up: numbers are summed (nested counters too), anything else is the last call's."""
+    dicts = [usage for usage in usages if isinstance(usage, Mapping)]
+    if not dicts:
+        return usages[-1] if usages else None
+    total: dict[str, Any] = {}
+    for key in dict.fromkeys(key for usage in dicts for key in usage):
+        values = [usage[key] for usage in dicts if key in usage and usage[key] is not None]
+        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            total[key] = sum(values)
+        elif values and all(isinstance(v, Mapping) for v in values):
+            total[key] = sum_usage(values)
+        else:
+            total[key] = dicts[-1].get(key)
+    return total
+
+
+class Observer:
+    """Where a loop reports its rounds: the log, the operator's callback, and optionally OpenTelemetry."""
+
+    def __init__(self, on_round: RoundCallback | None, tracing: bool, log_bodies: bool) -> None:
+        self.on_round = on_round
+        self.log_bodies = log_bodies
+        self.tracer = _tracer() if tracing else None
+
+    async def round_done(self, record: RoundRecord, log: logging.LoggerAdapter[logging.Logger]) -> None:
+        level = logging.DEBUG if record.outcome == "finished" and record.depth == 0 else logging.INFO
+        if record.outcome in ("limit", "repeated_tool_calls", "hook_error", "app_error"):
+            level = logging.WARNING
+        if log.isEnabledFor(level):
+            log.log(
+                level,
+                "agentic round %d: %s%s (hook %s, tools %s, app %.1f ms, hooks %.1f ms)",
+                record.depth,
+                record.outcome,
+                f" ({record.stop_reason})" if record.stop_reason else "",
+                record.hook or "-",
+                ",".join(record.tools) or "-",
+                record.app_seconds * 1000,
+                record.hook_seconds * 1000,
+                extra={"agentic_round": record.as_dict()},
+            )
+        if self.on_round is None:
+            return
+        try:
+            result = self.on_round(record)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("on_round callback failed")
+
+    @contextlib.contextmanager
+    def span(self, name: str, **attributes: Any) -> Iterator[Any]:
+        """A span when tracing is on, else nothing; yields the span (or None) for attributes set later."""
+        if self.tracer is None:
+            yield None
+            return
+        with self.tracer.start_as_current_span(
+            name, attributes={k: v for k, v in attributes.items() if v is not None}
+        ) as span:
+            yield span
+
+
+def set_attributes(span: Any, **attributes: Any) -> None:
+    if span is not None:
+        span.set_attributes({key: value for key, value in attributes.items() if value is not None})
+
+
+def _tracer() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        raise ConfigurationError("tracing needs OpenTelemetry: pip install 'agentic-middleware[otel]'") from None
+    return trace.get_tracer("agentic_middleware")
