@@ -211,6 +211,7 @@ class AgenticLoop:
             self.executed.append(step)
             self.body = self.patched(step)
             self.round.outcome = "rerun"
+            self.round.hook = step.hook.name
             await self.observer.round_done(self.round, self.logging_obj.logger)
             self.depth += 1
             self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
@@ -445,6 +446,10 @@ class AgenticLoop:
             if capture.start is None or not capture.complete:
                 raise ModelAppError("the model app ended a call without a complete response")
             answer = Answer.parse(capture.start, capture.body)
+            if self.observer.log_bodies:
+                log = self.logging_obj.logger
+                log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
+                log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
             usage = answer.data.get("usage") if answer.data is not None else None
             self.usages.append(usage)
             self.round.usage = usage

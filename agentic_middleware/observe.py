@@ -76,9 +76,9 @@ class Observer:
         if record.outcome in ("limit", "repeated_tool_calls", "hook_error", "app_error"):
             level = logging.WARNING
         if log.isEnabledFor(level):
-            log.log(
+            log.logger.log(
                 level,
-                "agentic round %d: %s%s (hook %s, tools %s, app %.1f ms, hooks %.1f ms)",
+                "agentic round %d: %s%s (hook %s, tools %s, app %.2f ms, hooks %.2f ms)",
                 record.depth,
                 record.outcome,
                 f" ({record.stop_reason})" if record.stop_reason else "",
@@ -86,7 +86,7 @@ class Observer:
                 ",".join(record.tools) or "-",
                 record.app_seconds * 1000,
                 record.hook_seconds * 1000,
-                extra={"agentic_round": record.as_dict()},
+                extra={**(log.extra or {}), "agentic_round": record.as_dict()},
             )
         if self.on_round is None:
             return
