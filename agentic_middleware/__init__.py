@@ -4,6 +4,7 @@ from .config import Settings, load_config
 from .errors import ConfigurationError, HookError
 from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from .middleware import AgenticLoopMiddleware
+from .observe import RoundRecord
 from .payload import JSONObject
 from .tools import ServerTool, ServerTools, server_tool
 
@@ -17,6 +18,7 @@ __all__ = [
     "CustomLogger",
     "HookError",
     "JSONObject",
+    "RoundRecord",
     "ServerTool",
     "ServerTools",
     "Settings",
