@@ -1,0 +1,178 @@
+"""One finished response, replayed as a server-sent event stream in its route's own format.
+
+The loop calls the model app without streaming; a client that asked for a stream still gets one,
+built here from the final body so that the official SDKs' stream accumulators rebuild exactly the
+message the non-streaming path returns. Long strings are cut into pieces of `chunk_size`
+characters, so clients see deltas shaped like the real APIs' and no single event grows huge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+
+CHUNK_SIZE = 256
+"""Characters per text, thinking, tool-input or arguments delta."""
+
+# Counters the Messages API repeats in `message_delta`; the SDKs overwrite with them when present.
+_DELTA_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "server_tool_use")
+# Blocks whose `input` the API streams as `input_json_delta` (and the SDKs rebuild from it).
+_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+# Message fields chat streams as string deltas or as indexed tool-call deltas; any other field
+# (function_call, annotations, audio, reasoning_content, ...) rides whole in one delta.
+_CHAT_STREAMED = frozenset({"role", "content", "refusal", "tool_calls"})
+
+
+def _pieces(text: str, size: int) -> Iterator[str]:
+    step = max(size, 1)
+    for start in range(0, len(text), step):
+        yield text[start : start + step]
+
+
+def _event(name: str, data: Mapping[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def _data(data: Mapping[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def messages_ping() -> bytes:
+    """A keep-alive the Anthropic SDKs skip, for while tools run before the first event."""
+    return _event("ping", {"type": "ping"})
+
+
+def chat_keepalive() -> bytes:
+    """An SSE comment: every SSE parser drops it, yet it keeps proxies from timing the stream out."""
+    return b": keep-alive\n\n"
+
+
+def messages_error(error_type: str, message: str) -> bytes:
+    """The Messages API's mid-stream error event; the SDKs raise an `APIStatusError` carrying it."""
+    return _event("error", {"type": "error", "error": {"type": error_type, "message": message}})
+
+
+def chat_error(message: str, type: str = "server_error", code: str | None = None) -> bytes:
+    """A chunk with an `error` key, which the openai SDK raises as `APIError(message)`.
+
+    Nothing may follow it: no `[DONE]`, as the stream did not complete.
+    """
+    return _data({"error": {"message": message, "type": type, "param": None, "code": code}})
+
+
+def _block_events(index: int, block: Mapping[str, Any], size: int) -> Iterator[bytes]:
+    """`content_block_start` with the block's empty initial form, then the deltas that fill it."""
+    kind = block.get("type")
+    deltas: list[dict[str, Any]] = []
+    start = dict(block)
+    if kind == "text":
+        start["text"] = ""
+        if citations := block.get("citations"):
+            start["citations"] = []
+            deltas += ({"type": "citations_delta", "citation": citation} for citation in citations)
+        deltas += ({"type": "text_delta", "text": piece} for piece in _pieces(block.get("text") or "", size))
+    elif kind == "thinking":
+        start.update(thinking="", signature="")
+        deltas += (
+            {"type": "thinking_delta", "thinking": piece} for piece in _pieces(block.get("thinking") or "", size)
+        )
+        if signature := block.get("signature"):
+            deltas.append({"type": "signature_delta", "signature": signature})
+    elif kind in _INPUT_BLOCKS:
+        start["input"] = {}
+        partial = orjson.dumps(block.get("input") or {}).decode()
+        deltas += ({"type": "input_json_delta", "partial_json": piece} for piece in _pieces(partial, size))
+    # Anything else (redacted_thinking, tool results, unknown types) arrives whole in the start.
+    yield _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+    for delta in deltas:
+        yield _event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+    yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+def messages_events(response: Mapping[str, Any], *, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """The Anthropic Messages stream of a complete response: one `message_start` ... `message_stop`.
+
+    `message_start` carries every input-side counter (the SDKs keep them unless `message_delta`
+    repeats them) with `output_tokens` 0: the full count arrives once, in `message_delta`, which
+    the SDKs take as the total, so clients that add the two get it right too.
+    """
+    usage: dict[str, Any] = dict(response.get("usage") or {})
+    message = {
+        **response,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 0, **usage, "output_tokens": 0},
+    }
+    if "stop_details" in message:
+        message["stop_details"] = None
+    yield _event("message_start", {"type": "message_start", "message": message})
+    for index, block in enumerate(response.get("content") or []):
+        yield from _block_events(index, block, chunk_size)
+    delta = {"stop_reason": response.get("stop_reason"), "stop_sequence": response.get("stop_sequence")}
+    delta.update({key: response[key] for key in ("stop_details", "container") if response.get(key) is not None})
+    final_usage = {key: usage[key] for key in _DELTA_USAGE if usage.get(key) is not None}
+    final_usage["output_tokens"] = usage.get("output_tokens") or 0
+    if usage.get("output_tokens_details") is not None:
+        final_usage["output_tokens_details"] = usage["output_tokens_details"]
+    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage})
+    yield _event("message_stop", {"type": "message_stop"})
+
+
+def _choice_deltas(message: Mapping[str, Any], size: int) -> Iterator[dict[str, Any]]:
+    """One choice's deltas; strings other than `arguments` are sent once, as the SDKs concatenate them."""
+    content, refusal = message.get("content"), message.get("refusal")
+    first: dict[str, Any] = {"role": "assistant", "content": "" if isinstance(content, str) else None}
+    if isinstance(refusal, str):
+        first["refusal"] = ""
+    yield first
+    if extra := {key: value for key, value in message.items() if key not in _CHAT_STREAMED and value is not None}:
+        yield extra
+    if isinstance(content, str):
+        yield from ({"content": piece} for piece in _pieces(content, size))
+    if isinstance(refusal, str):
+        yield from ({"refusal": piece} for piece in _pieces(refusal, size))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function")
+        if call.get("type", "function") != "function" or not isinstance(function, Mapping):
+            yield {"tool_calls": [{"index": index, **call}]}
+            continue
+        head = {"name": function.get("name"), "arguments": ""}
+        yield {"tool_calls": [{"index": index, "id": call.get("id"), "type": "function", "function": head}]}
+        for piece in _pieces(function.get("arguments") or "", size):
+            yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+
+
+def chat_chunks(response: Mapping[str, Any], include_usage: bool, *, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """The Chat Completions stream of a complete response: chunks, the usage chunk if asked, `[DONE]`.
+
+    Choices go one after another, each ending on a chunk with its `finish_reason`; with
+    `include_usage` every chunk carries `usage: null` and a last one, with no choices, the usage.
+    """
+    base: dict[str, Any] = {
+        "id": response.get("id"),
+        "object": "chat.completion.chunk",
+        "created": response.get("created"),
+        "model": response.get("model"),
+    }
+    base.update({key: response[key] for key in ("system_fingerprint", "service_tier") if key in response})
+    if include_usage:
+        base["usage"] = None
+    for position, choice in enumerate(response.get("choices") or []):
+        index = choice.get("index", position)
+        for delta in _choice_deltas(choice.get("message") or {}, chunk_size):
+            yield _data(
+                {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
+            )
+        last = {
+            "index": index,
+            "delta": {},
+            "logprobs": choice.get("logprobs"),
+            "finish_reason": choice.get("finish_reason"),
+        }
+        yield _data({**base, "choices": [last]})
+    if include_usage:
+        yield _data({**base, "choices": [], "usage": response.get("usage")})
+    yield b"data: [DONE]\n\n"
