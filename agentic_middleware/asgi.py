@@ -2,34 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from starlette.types import Message, Receive, Scope, Send
 
 Headers = list[tuple[bytes, bytes]]
 
 
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None when the client disconnected before sending it."""
+async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
+    """The request body and whether it is complete: reading stops once it is over `limit` bytes.
+
+    None when the client disconnected before sending it all.
+    """
     chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), True
+        if size > limit:
+            return b"".join(chunks), False
 
 
-def replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that gives `body` once, then the client's own `receive`, so disconnects still arrive."""
+def replay(body: bytes, receive: Receive, more_body: bool = False) -> Receive:
+    """A `receive` that gives `body` once, then `receive`: the rest of the body, and disconnects."""
     pending = True
 
     async def receive_body() -> Message:
         nonlocal pending
         if pending:
             pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": more_body}
         return await receive()
 
     return receive_body
@@ -51,6 +59,12 @@ def with_length(headers: Headers, length: int) -> Headers:
 def scope_with_body_length(scope: Scope, length: int) -> Scope:
     """A copy of `scope` whose content-length fits a body of `length` bytes."""
     return {**scope, "headers": with_length(scope["headers"], length)}
+
+
+def json_start(status: int, length: int, extra: Iterable[tuple[bytes, bytes]] = ()) -> Message:
+    """The start of a JSON response the middleware writes itself."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(length).encode()), *extra]
+    return {"type": "http.response.start", "status": status, "headers": headers}
 
 
 def _media_type(headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
@@ -75,18 +89,33 @@ def is_readable_json(start: Message) -> bool:
 class ResponseCapture:
     """The `send` of one internal call: buffers a readable JSON answer, forwards anything else.
 
-    Anything that is not a 2xx JSON body goes to the client as the app sends
-    it, chunk by chunk (with `forward_headers` added to its start), and
-    `forwarded` records that the client has an answer.
+    Anything that is not a 2xx JSON body, or a body over `limit` bytes, goes to
+    the client as the app sends it, chunk by chunk (with `forward_headers` added
+    to its start); `forwarded` records that the client has an answer, and
+    `on_forward` is called when forwarding begins.
     """
 
-    def __init__(self, send: Send, forward_headers: Headers) -> None:
+    def __init__(
+        self, send: Send, forward_headers: Headers, limit: int, on_forward: Callable[[], object] | None = None
+    ) -> None:
         self.client_send = send
         self.forward_headers = forward_headers
+        self.limit = limit
+        self.on_forward = on_forward
         self.start: Message | None = None
         self.chunks: list[bytes] = []
+        self.size = 0
         self.complete = False
         self.forwarded = False
+        self.oversize = False
+
+    async def forward(self, start: Message) -> None:
+        self.forwarded = True
+        if self.on_forward is not None:
+            self.on_forward()
+        if self.forward_headers:
+            start = {**start, "headers": [*start.get("headers", ()), *self.forward_headers]}
+        await self.client_send(start)
 
     async def send(self, message: Message) -> None:
         if self.forwarded:
@@ -95,13 +124,16 @@ class ResponseCapture:
             if is_readable_json(message):
                 self.start = message
             else:
-                self.forwarded = True
-                if self.forward_headers:
-                    message = {**message, "headers": [*message.get("headers", ()), *self.forward_headers]}
-                await self.client_send(message)
+                await self.forward(message)
         elif message["type"] == "http.response.body" and self.start is not None:
-            self.chunks.append(message.get("body", b""))
+            chunk = message.get("body", b"")
+            self.chunks.append(chunk)
+            self.size += len(chunk)
             self.complete = not message.get("more_body", False)
+            if self.size > self.limit:
+                self.oversize = True
+                await self.forward(self.start)
+                await self.client_send({**message, "body": self.body})
 
     @property
     def body(self) -> bytes:

@@ -6,6 +6,7 @@ gateway at start instead of serving with a hook that never runs.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -27,6 +28,7 @@ DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
     {"/v1/messages": "messages", "/v1/chat/completions": "chat_completions"}
 )
 DEFAULT_MAX_AGENTIC_LOOPS = 3
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
 SECTION = "agentic_middleware"
 ENV_PREFIX = "os.environ/"
 
@@ -50,10 +52,20 @@ class Settings:
     log_bodies: bool = False
     tracing: bool = False
     on_round: Callable[..., Any] | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    app_timeout: float | None = None
+    hook_timeout: float | None = None
+    loop_timeout: float | None = None
+    error_details: bool = True
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
-        for name in ("sum_usage", "log_bodies", "tracing"):
+        loop_limit(self.max_body_bytes, "max_body_bytes")
+        for name in ("app_timeout", "hook_timeout", "loop_timeout"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+                raise ConfigurationError(f"{name} must be a number of seconds above 0, or null, got {value!r}")
+        for name in ("sum_usage", "log_bodies", "tracing", "error_details"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.on_round, str):
@@ -188,12 +200,26 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     )
     if isinstance(options.get("on_round"), str):
         options["on_round"] = _import_callable(options["on_round"], f"{SECTION}.on_round in {file}", file.parent)
-    if isinstance(options.get("max_agentic_loops"), str) and options["max_agentic_loops"].strip().isdigit():
-        options["max_agentic_loops"] = int(options["max_agentic_loops"])
+    for name, value in options.items():  # `os.environ/NAME` values arrive as strings
+        if isinstance(value, str) and name in _NUMBERS:
+            with contextlib.suppress(ValueError):  # left as it is, for the check to name it
+                options[name] = _NUMBERS[name](value)
+        elif isinstance(value, str) and name in _FLAGS and value.lower() in ("true", "false"):
+            options[name] = value.lower() == "true"
     try:
         return Settings(hooks=hooks, **options)
     except ConfigurationError as error:
         raise ConfigurationError(f"{file}: {SECTION}.{error}") from None
+
+
+_NUMBERS: dict[str, Callable[[str], Any]] = {
+    "max_agentic_loops": int,
+    "max_body_bytes": int,
+    "app_timeout": float,
+    "hook_timeout": float,
+    "loop_timeout": float,
+}
+_FLAGS = ("sum_usage", "log_bodies", "tracing", "error_details")
 
 
 def _mapping(value: object, where: str, file: Path) -> dict[str, Any]:

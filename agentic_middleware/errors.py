@@ -8,16 +8,32 @@ class ConfigurationError(ValueError):
 
 
 class LoopError(Exception):
-    """Ends a request's loop; the caller gets `status` with this message in the route's error shape."""
+    """Ends a request's loop; the caller gets `status` with this message in the route's error shape.
+
+    `summary` is what the caller gets instead when the operator hides error details.
+    """
 
     status = 500
     code = "agentic_loop_error"
+    ended_by = "app_error"
+    summary = "the agentic loop failed"
+
+
+class LoopTimeout(LoopError):
+    """The whole loop took longer than `loop_timeout`."""
+
+    status = 504
+    code = "agentic_loop_timeout"
+    ended_by = "timeout"
+    summary = "the agentic loop timed out"
 
 
 class HookError(LoopError):
-    """A hook raised, or answered with something that is not what its method must return."""
+    """A hook raised, timed out, or answered with something that is not what its method must return."""
 
     code = "agentic_hook_error"
+    ended_by = "hook_error"
+    summary = "an agentic hook failed"
 
     def __init__(self, hook: str, method: str, detail: str) -> None:
         super().__init__(f"agentic hook {hook}.{method} failed: {detail}")
@@ -29,3 +45,13 @@ class ModelAppError(LoopError):
     """The wrapped model app raised, or ended a call without a complete response."""
 
     code = "model_app_error"
+    summary = "the model app failed"
+
+
+class ModelAppTimeout(ModelAppError):
+    """One call of the model app took longer than `app_timeout`."""
+
+    status = 504
+    code = "model_app_timeout"
+    ended_by = "timeout"
+    summary = "the model app timed out"

@@ -8,6 +8,7 @@ after a gate says yes and before its plan is built.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -17,9 +18,9 @@ from typing import Any, NamedTuple
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .asgi import ResponseCapture, replay, with_length, without
+from .asgi import ResponseCapture, json_start, replay, with_length, without
 from .config import Settings, loop_limit
-from .errors import ConfigurationError, HookError, LoopError, ModelAppError
+from .errors import ConfigurationError, HookError, LoopError, LoopTimeout, ModelAppError, ModelAppTimeout
 from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
 from .observe import (
     ENDED_BY_HEADER,
@@ -134,6 +135,9 @@ class AgenticLoop:
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
         self.forwarded = False
+        self.deadline: asyncio.Timeout | None = None
+        self.watcher: asyncio.Task[None] | None = None
+        self.disconnected = asyncio.Event()
         self.stop_reason = "finished"
         self.plan_stop_reason: str | None = None
         self.usages: list[Any] = []
@@ -157,9 +161,7 @@ class AgenticLoop:
         ) as span:
             reply: Reply | None = None
             try:
-                answer = await self.rounds(raw)
-                if answer is not None:
-                    reply = self.accounted(await self.unwind(answer))
+                reply = await self.answer(raw)
             except LoopError as error:
                 reply = self.error_reply(error, error)
             except Exception as error:
@@ -167,13 +169,48 @@ class AgenticLoop:
                     raise  # the client already has the app's own answer under way
                 reply = self.error_reply(LoopError(f"internal error: {type(error).__name__}"), error)
             finally:
+                if self.watcher is not None:
+                    self.watcher.cancel()
                 await self.clean_up()
                 self.round.outcome = self.stop_reason
                 await self.observer.round_done(self.round, self.logging_obj.logger)
                 set_attributes(span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason})
-            if reply is not None:
+            if reply is not None and not self.disconnected.is_set():
                 await self.send(reply.start)
                 await self.send({"type": "http.response.body", "body": reply.body})
+
+    async def answer(self, raw: bytes) -> Reply | None:
+        """The loop within `loop_timeout`; a client that disconnects ends it at once, with no reply."""
+        try:
+            async with asyncio.timeout(self.settings.loop_timeout) as self.deadline:
+                answer = await self.rounds(raw)
+                return None if answer is None else self.accounted(await self.unwind(answer))
+        except TimeoutError:
+            if self.disconnected.is_set():
+                self.stop_reason = "client_disconnect"
+                return None
+            if self.deadline is None or not self.deadline.expired():
+                raise
+            raise LoopTimeout(
+                f"the agentic loop took longer than loop_timeout={self.settings.loop_timeout:g} s"
+            ) from None
+
+    def watch_client(self) -> None:
+        """From the first round a hook acts on, watch for the client leaving; the app hears of it from us."""
+        if self.watcher is None:
+            self.watcher = asyncio.ensure_future(self.wait_for_disconnect())
+
+    async def wait_for_disconnect(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected.set()
+        if self.deadline is not None:
+            self.deadline.reschedule(asyncio.get_running_loop().time())
+
+    async def after_body(self) -> Message:
+        """What the app receives after its body once we watch the client: a disconnect, when it comes."""
+        await self.disconnected.wait()
+        return {"type": "http.disconnect"}
 
     def touched(self) -> bool:
         """Whether the loop changed anything: an answer no hook acted on keeps the app's bytes and headers."""
@@ -256,6 +293,7 @@ class AgenticLoop:
             claim = await self.ask_gate(hook, response, kwargs)
             if claim is None:
                 continue
+            self.watch_client()
             refusal = self.refusal(response)
             if refusal is not None:
                 self.round.tools = [str(self.surface.call_name(c)) for c in _claimed_calls(claim)]
@@ -420,7 +458,14 @@ class AgenticLoop:
     async def call_app(self, body: bytes) -> Answer | None:
         """One internal call of the model app; None when its answer went straight to the client."""
         scope = {**self.call_scope, "headers": with_length(self.call_scope["headers"], len(body))}
-        capture = ResponseCapture(self.send, self.loop_headers("app_answer") if self.depth else [])
+        timeout = asyncio.timeout(self.settings.app_timeout)
+        capture = ResponseCapture(
+            self.send,
+            self.loop_headers("app_answer") if self.depth else [],
+            self.settings.max_body_bytes,
+            on_forward=lambda: timeout.reschedule(None),  # a streamed answer is the client's to wait for
+        )
+        receive = self.after_body if self.watcher is not None else self.receive
         started = perf_counter()
         model = self.body.get("model")
         with self.observer.span(
@@ -433,7 +478,14 @@ class AgenticLoop:
             },
         ) as span:
             try:
-                await self.app(scope, replay(body, self.receive), capture.send)
+                async with timeout:
+                    await self.app(scope, replay(body, receive), capture.send)
+            except TimeoutError:
+                if not timeout.expired():
+                    raise ModelAppError("the model app failed: TimeoutError") from None
+                raise ModelAppTimeout(
+                    f"the model app did not answer within app_timeout={self.settings.app_timeout:g} s"
+                ) from None
             except Exception as error:
                 if capture.forwarded:
                     raise
@@ -442,6 +494,11 @@ class AgenticLoop:
                 self.round.app_seconds += perf_counter() - started
             if capture.forwarded:
                 self.forwarded = True
+                if capture.oversize:
+                    self.logging_obj.logger.warning(
+                        "model answer over max_body_bytes=%d: passed through without hooks",
+                        self.settings.max_body_bytes,
+                    )
                 return None
             if capture.start is None or not capture.complete:
                 raise ModelAppError("the model app ended a call without a complete response")
@@ -485,19 +542,20 @@ class AgenticLoop:
             f"agentic_hook {method}", **{"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
         ):
             try:
-                return await hook.call(method, **arguments)
+                async with asyncio.timeout(self.settings.hook_timeout):
+                    return await hook.call(method, **arguments)
+            except TimeoutError:
+                raise HookError(
+                    hook.name, method, f"timed out after hook_timeout={self.settings.hook_timeout:g} s"
+                ) from None
             finally:
                 self.round.hook_seconds += perf_counter() - started
 
     def error_reply(self, error: LoopError, cause: BaseException) -> Reply:
-        self.stop_reason = "hook_error" if isinstance(error, HookError) else "app_error"
+        self.stop_reason = error.ended_by
         if isinstance(error, HookError):
             self.round.hook = error.hook
         self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=cause.__cause__ or cause)
-        body = self.surface.error_body(error.status, str(error), error.code)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *self.loop_headers(),
-        ]
-        return Reply({"type": "http.response.start", "status": error.status, "headers": headers}, body)
+        message = str(error) if self.settings.error_details else f"{error.summary} (call id {self.call_id})"
+        body = self.surface.error_body(error.status, message, error.code)
+        return Reply(json_start(error.status, len(body), self.loop_headers()), body)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .asgi import read_body, replay, scope_with_body_length
+from .asgi import json_start, read_body, replay, scope_with_body_length
 from .config import Settings, load_config, merged, resolve_hooks
 from .hooks import BoundHook
 from .loop import AgenticLoop, is_internal_field
 from .observe import Observer, RoundCallback
+
+logger = logging.getLogger("agentic_middleware")
 
 
 class AgenticLoopMiddleware:
@@ -36,6 +40,11 @@ class AgenticLoopMiddleware:
         log_bodies: bool | None = None,
         tracing: bool | None = None,
         on_round: RoundCallback | str | None = None,
+        max_body_bytes: int | None = None,
+        app_timeout: float | None = None,
+        hook_timeout: float | None = None,
+        loop_timeout: float | None = None,
+        error_details: bool | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -49,6 +58,11 @@ class AgenticLoopMiddleware:
             log_bodies=log_bodies,
             tracing=tracing,
             on_round=on_round,
+            max_body_bytes=max_body_bytes,
+            app_timeout=app_timeout,
+            hook_timeout=hook_timeout,
+            loop_timeout=loop_timeout,
+            error_details=error_details,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         self.observer = Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies)
@@ -59,9 +73,16 @@ class AgenticLoopMiddleware:
         if surface is None:
             await self.app(scope, receive, send)
             return
-        raw = await read_body(receive)
-        if raw is None:
+        request = await read_body(receive, self.settings.max_body_bytes)
+        if request is None:
             return  # the client left before its request was complete: nobody to answer
+        raw, complete = request
+        if not complete:
+            logger.warning(
+                "request body over max_body_bytes=%d: passed through without hooks", self.settings.max_body_bytes
+            )
+            await self.app(scope, replay(raw, receive, more_body=True), send)
+            return
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -74,9 +95,33 @@ class AgenticLoopMiddleware:
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
             if self.hooks and not body.get("stream"):
+                problem = _wrong_type(body)
+                if problem:
+                    error = surface.error_body(400, problem, "invalid_request")
+                    await send(json_start(400, len(error)))
+                    await send({"type": "http.response.body", "body": error})
+                    return
                 loop = AgenticLoop(
                     self.app, self.hooks, self.settings, self.observer, surface, scope, receive, send, body
                 )
                 await loop.run(raw)
                 return
         await self.app(scope, replay(raw, receive), send)
+
+
+# The fields hooks read, on both routes, with the types they must have when present.
+_FIELD_TYPES: tuple[tuple[str, type, str], ...] = (
+    ("stream", bool, "a boolean"),
+    ("model", str, "a string"),
+    ("messages", list, "an array"),
+    ("tools", list, "an array"),
+)
+
+
+def _wrong_type(body: dict[str, Any]) -> str | None:
+    """What is wrong with a field the hooks rely on, if anything; the app judges everything else."""
+    for name, kind, described in _FIELD_TYPES:
+        value = body.get(name)
+        if value is not None and not isinstance(value, kind):
+            return f"{name} must be {described}, got {type(value).__name__}"
+    return None
