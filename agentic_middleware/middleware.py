@@ -94,7 +94,7 @@ class AgenticLoopMiddleware:
                     del body[name]
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
-            if self.hooks and not body.get("stream"):
+            if self.hooks and body.get("stream") is not True:
                 problem = _wrong_type(body)
                 if problem:
                     error = surface.error_body(400, problem, "invalid_request")
