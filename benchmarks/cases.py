@@ -1,0 +1,231 @@
+"""Cases 1 to 4 of issue 8, each returning its rows: the figure, its target, and the paired medians behind it."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+import orjson
+
+from agentic_middleware import AgenticLoopMiddleware
+
+from .fixtures import (
+    TOOLS,
+    HandWritten,
+    Lookup,
+    NoOp,
+    NotMine,
+    ScriptedAnswers,
+    health_app,
+    loop_answers,
+    one_kb_answer,
+    request_body,
+    text,
+)
+from .harness import Sample, asgi_sample, median, median_difference, median_ratio, paired, prepare, sync_sample, us
+
+KB = 1024
+MB = 1024 * KB
+
+
+@dataclass(frozen=True)
+class Config:
+    """How long to measure: the full run publishes figures, the quick one only proves the harness works."""
+
+    quick: bool = False
+
+    def pairs(self, full: int) -> int:
+        return 5 if self.quick else full
+
+    @property
+    def batch(self) -> int:
+        """Calls per sample for the fast cases, so that the clock's own cost and resolution do not show."""
+        return 2 if self.quick else 10
+
+    @property
+    def history_sizes(self) -> tuple[int, ...]:
+        return (100 * KB, 512 * KB) if self.quick else (100 * KB, 5 * MB)
+
+    @property
+    def memory_size(self) -> int:
+        return 512 * KB if self.quick else 5 * MB
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure. `at_least` is for targets that are minimums (the throughput figures of cases 5 and 6)."""
+
+    case: int
+    name: str
+    measure: str
+    figure: float
+    target: float
+    detail: str
+    at_least: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.figure >= self.target if self.at_least else self.figure <= self.target
+
+
+Case = Callable[[Config], Coroutine[Any, Any, list[Row]]]
+
+
+def size_name(size: int) -> str:
+    return f"{size // MB} MB" if size >= MB else f"{size // KB} KB"
+
+
+async def other_routes(config: Config) -> list[Row]:
+    """Case 1: a GET the middleware must only let through costs the same as on the bare Starlette app."""
+    bare = health_app()
+    samples = await paired(
+        {
+            "bare": asgi_sample(bare, "GET", "/health", batch=config.batch),
+            "wrapped": asgi_sample(AgenticLoopMiddleware(bare, hooks=[Lookup()]), "GET", "/health", batch=config.batch),
+            "no-op": asgi_sample(NoOp(bare), "GET", "/health", batch=config.batch),
+        },
+        config.pairs(3000),
+    )
+    figure = median_ratio(samples["wrapped"], samples["bare"])
+    detail = (
+        f"wrapped {us(median(samples['wrapped']))}, bare {us(median(samples['bare']))}; "
+        f"a no-op ASGI middleware class: {median_ratio(samples['no-op'], samples['bare']):.3f}x"
+    )
+    return [Row(1, "other routes (GET /health, Starlette)", "wrapped / bare", figure, 1.03, detail)]
+
+
+async def pass_through(config: Config) -> list[Row]:
+    """Case 2: a 1 KB answer no hook acts on, against the JSON floor and against a hand-written BaseHTTPMiddleware."""
+    request = orjson.dumps(
+        {
+            "model": "scripted-model",
+            "max_tokens": 1024,
+            "tools": TOOLS,
+            "messages": [{"role": "user", "content": text(600, 1)}],
+        }
+    )
+    answer = orjson.dumps(one_kb_answer())
+    bare = ScriptedAnswers(answer)
+    wrapped = AgenticLoopMiddleware(bare, hooks=[NotMine()])
+    call = prepare("POST", "/v1/messages", request)
+    await wrapped(call.scope, call.receive, call.send)
+    if call.body != answer:
+        raise RuntimeError("the middleware changed an answer no hook acts on")
+    samples = await paired(
+        {
+            "bare": asgi_sample(bare, "POST", "/v1/messages", request, config.batch),
+            "wrapped": asgi_sample(wrapped, "POST", "/v1/messages", request, config.batch),
+            "hand-written": asgi_sample(HandWritten(bare, NotMine()), "POST", "/v1/messages", request, config.batch),
+            "floor": sync_sample(lambda: (orjson.loads(request), orjson.loads(answer)), config.batch),
+        },
+        config.pairs(2000),
+    )
+    own = median_difference(samples["wrapped"], samples["bare"])
+    floor = median(samples["floor"])
+    theirs = median_difference(samples["hand-written"], samples["bare"])
+    name = f"1 KB answer no hook acts on ({len(request)} B request)"
+    return [
+        Row(2, name, "own time / JSON floor", own / floor, 5.0, f"own {us(own)}, floor {us(floor)}"),
+        Row(2, name, "own time / BaseHTTPMiddleware's", own / theirs, 0.2, f"own {us(own)}, theirs {us(theirs)}"),
+    ]
+
+
+def loop_floor(body: dict[str, Any], answers: list[bytes]) -> tuple[bytes, Callable[[], object]]:
+    """The client's bytes, and the floor of its loop: one loads of them, per round one loads of the answer and
+    one full dumps of the next body (built here as the hook builds it, so that the floor dumps the same bytes)."""
+    raw = orjson.dumps(body)
+    bodies: list[dict[str, Any]] = []
+    messages = body["messages"]
+    for answer in answers[:-1]:
+        calls = [b for b in orjson.loads(answer)["content"] if b["type"] == "tool_use"]
+        results = [{"type": "tool_result", "tool_use_id": c["id"], "content": "42 results"} for c in calls]
+        messages = [*messages, {"role": "assistant", "content": calls}, {"role": "user", "content": results}]
+        bodies.append({**body, "messages": messages})
+
+    def floor() -> None:
+        orjson.loads(raw)
+        for answer in answers:
+            orjson.loads(answer)
+        for next_body in bodies:
+            orjson.dumps(next_body)
+
+    return raw, floor
+
+
+def loop_sample(app: AgenticLoopMiddleware, model: ScriptedAnswers, raw: bytes, calls: int) -> Sample:
+    """One looped client request; the middleware's own time is the total minus the model app's own time."""
+
+    async def sample() -> float:
+        model.rewind()
+        call = prepare("POST", "/v1/messages", raw)
+        start = perf_counter_ns()
+        await app(call.scope, call.receive, call.send)
+        total = perf_counter_ns() - start
+        if call.status != 200 or model.calls != calls:
+            raise RuntimeError(f"the loop made {model.calls} model calls, not {calls} (status {call.status})")
+        return total - model.own_ns
+
+    return sample
+
+
+def looped(reruns: int = 3) -> tuple[AgenticLoopMiddleware, ScriptedAnswers, list[bytes]]:
+    answers = [orjson.dumps(answer) for answer in loop_answers(reruns)]
+    model = ScriptedAnswers(*answers)
+    return AgenticLoopMiddleware(model, hooks=[Lookup()], max_agentic_loops=reruns), model, answers
+
+
+async def loop_cost(config: Config) -> list[Row]:
+    """Case 3: a 3-rerun loop over a large history, against the floor of parsing and serializing it."""
+    rows = []
+    for size in config.history_sizes:
+        app, model, answers = looped()
+        raw, floor = loop_floor(request_body(size), answers)
+        samples = await paired(
+            {"loop": loop_sample(app, model, raw, len(answers)), "floor": sync_sample(floor)},
+            config.pairs(300 if size < MB else 40),
+        )
+        own, floor_ns = median(samples["loop"]), median(samples["floor"])
+        name = f"3-rerun loop, {size_name(size)} history"
+        rows.append(Row(3, name, "own time / floor", own / floor_ns, 1.25, f"own {us(own)}, floor {us(floor_ns)}"))
+    return rows
+
+
+async def traced_peak(work: Callable[[], Awaitable[object]]) -> int:
+    """The tracemalloc peak of `work` above what was allocated before it."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        await work()
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+async def memory(config: Config) -> list[Row]:
+    """Case 4: the peak memory of one looped request, as a multiple of its body (which is not counted)."""
+    app, model, answers = looped()
+    raw, _ = loop_floor(request_body(config.memory_size), answers)
+    run = loop_sample(app, model, raw, len(answers))
+    await run()  # first-call allocations (imports, caches) are not the request's
+
+    async def parse() -> object:
+        return orjson.loads(raw)
+
+    peaks = [await traced_peak(run) for _ in range(1 if config.quick else 3)]
+    figure = median(peaks) / len(raw)
+    parsed = await traced_peak(parse) / len(raw)
+    detail = f"peak {median(peaks) / MB:.1f} MB for a {len(raw) / MB:.1f} MB body; its parse alone {parsed:.1f}x"
+    return [
+        Row(4, f"memory, one 3-rerun loop, {size_name(config.memory_size)} history", "peak / body", figure, 4.0, detail)
+    ]
+
+
+CASES: dict[int, Case] = {1: other_routes, 2: pass_through, 3: loop_cost, 4: memory}
+"""Cases 5 (end to end under uvicorn) and 6 (LiteLLM side by side) need the gateway example: each will be one
+more `Case` here, run in its own processes, whose rows use `at_least` for the throughput targets."""

@@ -1,0 +1,41 @@
+"""The command: run the chosen cases, print the table, write results.md and chart.png."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from .cases import CASES, Config, Row
+from .report import table, write_chart, write_markdown
+
+HERE = Path(__file__).parent
+
+
+def main(argv: Sequence[str] | None = None) -> list[Row]:
+    """Run the benchmarks; misses are reported, not failures, so the exit status only says the harness ran."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a few seconds, only to prove the harness works")
+    parser.add_argument(
+        "--out", type=Path, help="where results.md and chart.png go (default: benchmarks/, or a temp dir when quick)"
+    )
+    parser.add_argument(
+        "--case", type=int, action="append", choices=sorted(CASES), help="run only this case (repeatable)"
+    )
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("matplotlib") is None:
+        parser.error("the chart needs matplotlib: pip install -e '.[bench]'")
+    config = Config(quick=args.quick)
+    out: Path = args.out or (Path(tempfile.mkdtemp(prefix="benchmarks-")) if args.quick else HERE)
+    rows: list[Row] = []
+    for number in args.case or sorted(CASES):
+        rows += asyncio.run(CASES[number](config))
+    print(table(rows))
+    out.mkdir(parents=True, exist_ok=True)
+    write_markdown(rows, out / "results.md", config.quick)
+    write_chart(rows, out / "chart.png")
+    print(f"\nwrote {out / 'results.md'} and {out / 'chart.png'}")
+    return rows

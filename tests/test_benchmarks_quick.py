@@ -1,0 +1,20 @@
+"""The benchmark harness still runs: its quick mode yields a row for each case and a chart. No timing is checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib", reason="the chart needs the bench extra: pip install -e '.[bench]'")
+
+from benchmarks.run import main
+
+
+def test_quick_mode_measures_every_case_and_draws_the_chart(tmp_path: Path) -> None:
+    rows = main(["--quick", "--out", str(tmp_path)])
+
+    assert {row.case for row in rows} == {1, 2, 3, 4}
+    assert all(row.figure > 0 for row in rows)
+    assert "| 4. memory" in (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
