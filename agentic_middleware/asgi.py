@@ -8,6 +8,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 Headers = list[tuple[bytes, bytes]]
 
+_LENGTH_HEADERS = (b"content-length", b"transfer-encoding")
+
 
 async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
     """The request body and whether it is complete: reading stops once it is over `limit` bytes.
@@ -43,17 +45,10 @@ def replay(body: bytes, receive: Receive, more_body: bool = False) -> Receive:
     return receive_body
 
 
-def without(headers: Iterable[tuple[bytes, bytes]], names: frozenset[bytes]) -> Headers:
-    """The headers minus those named (lowercase names, as ASGI gives them)."""
-    return [(name, value) for name, value in headers if name.lower() not in names]
-
-
 def with_length(headers: Headers, length: int) -> Headers:
     """The headers with one content-length for a body of `length` bytes."""
-    return [
-        *without(headers, frozenset((b"content-length", b"transfer-encoding"))),
-        (b"content-length", str(length).encode()),
-    ]
+    kept = [(name, value) for name, value in headers if name.lower() not in _LENGTH_HEADERS]
+    return [*kept, (b"content-length", str(length).encode())]
 
 
 def scope_with_body_length(scope: Scope, length: int) -> Scope:

@@ -9,6 +9,7 @@ after a gate says yes and before its plan is built.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -18,9 +19,11 @@ from typing import Any, NamedTuple
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .asgi import ResponseCapture, json_start, replay, with_length, without
+from .asgi import json_start
 from .config import Settings, loop_limit
-from .errors import ConfigurationError, HookError, LoopError, LoopTimeout, ModelAppError, ModelAppTimeout
+from .dispatch import Answer, Dispatcher, Reply
+from .encode import BodyEncoder
+from .errors import ConfigurationError, HookError, LoopError, LoopTimeout
 from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
 from .observe import (
     ENDED_BY_HEADER,
@@ -31,18 +34,18 @@ from .observe import (
     set_attributes,
     sum_usage,
 )
-from .payload import JSONObject, dumps, parse_object, wrap
+from .payload import JSONObject, wrap
 from .surfaces import Surface, claims_of
 
 logger = logging.getLogger("agentic_middleware")
 
-# Call ids: unique per process by a random prefix, cheap to make for every request.
-_call_ids = itertools.count(1)
-_CALL_ID_PREFIX = os.urandom(6).hex()
-
 REQUEST_HOOK = "async_pre_agentic_loop_request_hook"
 POST_HOOK = "async_post_agentic_loop_response_hook"
 CLEANUP_HOOK = "async_agentic_loop_cleanup_hook"
+
+# Call ids: unique per process by a random prefix, cheap to make for every request.
+_call_ids = itertools.count(1)
+_CALL_ID_PREFIX = os.urandom(6).hex()
 
 
 def is_internal_field(name: str) -> bool:
@@ -53,39 +56,6 @@ def is_internal_field(name: str) -> bool:
 def _claimed_calls(claim: Any) -> list[dict[str, Any]]:
     calls = claim.get("tool_calls") if isinstance(claim, Mapping) else None
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list | tuple) else []
-
-
-class Reply(NamedTuple):
-    """The one response the client gets: a start message and the whole body."""
-
-    start: Message
-    body: bytes
-
-
-class Answer:
-    """A buffered answer: the app's start message, the body's bytes, and the object hooks see.
-
-    `rewritten` tells that the bytes are no longer the app's, so the headers need a new content-length.
-    """
-
-    def __init__(self, start: Message, raw: bytes, data: Any, rewritten: bool = False) -> None:
-        self.start = start
-        self.raw = raw
-        self.data = data
-        self.rewritten = rewritten
-
-    @classmethod
-    def parse(cls, start: Message, raw: bytes) -> Answer:
-        return cls(start, raw, parse_object(raw))
-
-    def replaced(self, data: Any) -> Answer:
-        """This answer's status and headers around another body (serialized now, so errors show here)."""
-        return Answer(self.start, dumps(data), data, rewritten=True)
-
-    def reply(self) -> Reply:
-        if not self.rewritten:
-            return Reply(self.start, self.raw)
-        return Reply({**self.start, "headers": with_length(self.start["headers"], len(self.raw))}, self.raw)
 
 
 class Rerun(NamedTuple):
@@ -113,7 +83,6 @@ class AgenticLoop:
         send: Send,
         body: dict[str, Any],
     ) -> None:
-        self.app = app
         self.hooks = hooks
         self.settings = settings
         self.observer = observer
@@ -122,40 +91,38 @@ class AgenticLoop:
         self.receive = receive
         self.send = send
         self.body = body
-        # Routers change the scope they are given: every call starts from this copy.
-        self.call_scope: Scope = {
-            **scope,
-            "headers": without(scope["headers"], frozenset((b"accept-encoding",))),
-            "state": scope.setdefault("state", {}),
-        }
+        self.dispatch = Dispatcher(app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
+        self.encoder = BodyEncoder()
         self.provider = settings.provider(surface)
         self.limit = settings.max_agentic_loops
         self.depth = 0
         self.seen: set[tuple[tuple[str, bytes], ...]] = set()
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
-        self.forwarded = False
         self.deadline: asyncio.Timeout | None = None
         self.watcher: asyncio.Task[None] | None = None
-        self.disconnected = asyncio.Event()
+        self.disconnected: asyncio.Event | None = None
         self.stop_reason = "finished"
         self.plan_stop_reason: str | None = None
         self.usages: list[Any] = []
-        call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
-        self.logging_obj = AgenticLoopLogging(
-            litellm_call_id=call_id,
-            route=surface.name,
-            logger=logging.LoggerAdapter(logger, {"litellm_call_id": call_id}),
-        )
-        self.round = RoundRecord(call_id, surface.name, 0)
+        self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
+        self._logging_obj: AgenticLoopLogging | None = None
+        self.round = RoundRecord(self.call_id, surface.name, 0)
 
     @property
-    def call_id(self) -> str:
-        return self.logging_obj.litellm_call_id
+    def logging_obj(self) -> AgenticLoopLogging:
+        """The request's `logging_obj`, made when a hook first needs it."""
+        if self._logging_obj is None:
+            self._logging_obj = AgenticLoopLogging(
+                litellm_call_id=self.call_id,
+                route=self.surface.name,
+                logger=logging.LoggerAdapter(logger, {"litellm_call_id": self.call_id}),
+            )
+        return self._logging_obj
 
     async def run(self, raw: bytes) -> None:
         """Answer the client exactly once, and run every executed plan's cleanup hook."""
-        with self.observer.span(
+        with self.span(
             f"agentic_loop {self.surface.name}",
             **{"agentic_loop.call_id": self.call_id, "gen_ai.request.model": self.body.get("model")},
         ) as span:
@@ -165,7 +132,7 @@ class AgenticLoop:
             except LoopError as error:
                 reply = self.error_reply(error, error)
             except Exception as error:
-                if self.forwarded:
+                if self.dispatch.forwarded:
                     raise  # the client already has the app's own answer under way
                 reply = self.error_reply(LoopError(f"internal error: {type(error).__name__}"), error)
             finally:
@@ -175,9 +142,13 @@ class AgenticLoop:
                 self.round.outcome = self.stop_reason
                 await self.observer.round_done(self.round, self.logging_obj.logger)
                 set_attributes(span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason})
-            if reply is not None and not self.disconnected.is_set():
+            if reply is not None and not self.client_gone:
                 await self.send(reply.start)
                 await self.send({"type": "http.response.body", "body": reply.body})
+
+    @property
+    def client_gone(self) -> bool:
+        return self.disconnected is not None and self.disconnected.is_set()
 
     async def answer(self, raw: bytes) -> Reply | None:
         """The loop within `loop_timeout`; a client that disconnects ends it at once, with no reply."""
@@ -186,7 +157,7 @@ class AgenticLoop:
                 answer = await self.rounds(raw)
                 return None if answer is None else self.accounted(await self.unwind(answer))
         except TimeoutError:
-            if self.disconnected.is_set():
+            if self.client_gone:
                 self.stop_reason = "client_disconnect"
                 return None
             if self.deadline is None or not self.deadline.expired():
@@ -198,32 +169,31 @@ class AgenticLoop:
     def watch_client(self) -> None:
         """From the first round a hook acts on, watch for the client leaving; the app hears of it from us."""
         if self.watcher is None:
+            self.disconnected = asyncio.Event()
             self.watcher = asyncio.ensure_future(self.wait_for_disconnect())
+            self.dispatch.receive = self.after_body
 
     async def wait_for_disconnect(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
+        assert self.disconnected is not None
         self.disconnected.set()
         if self.deadline is not None:
             self.deadline.reschedule(asyncio.get_running_loop().time())
 
     async def after_body(self) -> Message:
         """What the app receives after its body once we watch the client: a disconnect, when it comes."""
+        assert self.disconnected is not None
         await self.disconnected.wait()
         return {"type": "http.disconnect"}
 
-    def touched(self) -> bool:
-        """Whether the loop changed anything: an answer no hook acted on keeps the app's bytes and headers."""
-        return self.depth > 0 or self.stop_reason != "finished"
-
     def accounted(self, answer: Answer) -> Reply:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
-        if not self.touched():
-            return answer.reply()
+        if self.depth == 0 and self.stop_reason == "finished":
+            return answer.reply()  # no hook acted: the app's own bytes and headers
         if self.depth and self.settings.sum_usage and isinstance(answer.data, Mapping):
             answer = answer.replaced(JSONObject(answer.data, usage=sum_usage(self.usages)))
-        reply = answer.reply()
-        return Reply({**reply.start, "headers": [*reply.start["headers"], *self.loop_headers()]}, reply.body)
+        return answer.reply(self.loop_headers())
 
     def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:
         headers = [
@@ -250,10 +220,12 @@ class AgenticLoop:
             self.round.outcome = "rerun"
             self.round.hook = step.hook.name
             await self.observer.round_done(self.round, self.logging_obj.logger)
+            if self.depth == 0:
+                self.encoder.remember(self.first_body, raw)
             self.depth += 1
             self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
             try:
-                raw = dumps(self.body)
+                raw = self.encoder.encode(self.body)
             except TypeError as error:
                 raise HookError(step.hook.name, step.method, f"the patched request is not JSON: {error}") from None
             answer = await self.call_app(raw)
@@ -279,31 +251,34 @@ class AgenticLoop:
                 raise HookError(hook.name, REQUEST_HOOK, f"returned {type(body).__name__}, not a request body")
             self.body = {name: value for name, value in body.items() if not is_internal_field(name)}
             changed_by = hook
+        self.first_body = self.body
         if changed_by is None:
             return raw
         try:
-            return dumps(self.body)
+            return self.encoder.encode(self.body)
         except TypeError as error:
             raise HookError(changed_by.name, REQUEST_HOOK, f"the request is not JSON: {error}") from None
 
     async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
+        fingerprint = None
         for hook in self.hooks:
             kwargs = self.hook_kwargs()
             claim = await self.ask_gate(hook, response, kwargs)
             if claim is None:
                 continue
             self.watch_client()
-            refusal = self.refusal(response)
+            self.round.tools = [str(self.surface.call_name(call)) for call in _claimed_calls(claim)]
+            if fingerprint is None:
+                fingerprint = self.surface.fingerprint(response)
+            refusal = self.refusal(fingerprint)
             if refusal is not None:
-                self.round.tools = [str(self.surface.call_name(c)) for c in _claimed_calls(claim)]
                 self.finish(refusal, hook)
                 claims = claims_of([claim, *await self.other_claims(hook, response)])
                 return answer.replaced(self.surface.without_claimed(response, claims))
             method = hook.plan_method(self.surface.plan_methods)
             if method is None:
                 continue
-            self.round.tools = [str(self.surface.call_name(c)) for c in _claimed_calls(claim)]
             raw_plan = await self.call_hook(
                 hook,
                 method,
@@ -324,9 +299,8 @@ class AgenticLoop:
                 self.finish("terminate", hook, plan.stop_reason)
                 return answer
             if plan.run_agentic_loop:
-                self.seen.add(self.surface.fingerprint(response))
+                self.seen.add(fingerprint)
                 return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
-        self.finish("finished")
         return answer
 
     async def ask_gate(self, hook: BoundHook, response: JSONObject, kwargs: dict[str, Any]) -> Any:
@@ -362,11 +336,10 @@ class AgenticLoop:
                     claims.append(claim)
         return claims
 
-    def refusal(self, response: JSONObject) -> str | None:
+    def refusal(self, fingerprint: tuple[tuple[str, bytes], ...]) -> str | None:
         """Why this round may not rerun, if it may not: the limit, or tool calls seen before."""
         if self.depth >= self.limit:
             return "limit"
-        fingerprint = self.surface.fingerprint(response)
         if fingerprint and fingerprint in self.seen:
             return "repeated_tool_calls"
         return None
@@ -447,7 +420,7 @@ class AgenticLoop:
 
     def request_limit(self) -> int:
         """The limit for this request: `request.state.max_agentic_loops` when trusted code set it."""
-        value = self.call_scope["state"].get("max_agentic_loops")
+        value = self.dispatch.scope["state"].get("max_agentic_loops")
         if value is None:
             return self.limit
         try:
@@ -456,19 +429,10 @@ class AgenticLoop:
             raise LoopError(str(error)) from None
 
     async def call_app(self, body: bytes) -> Answer | None:
-        """One internal call of the model app; None when its answer went straight to the client."""
-        scope = {**self.call_scope, "headers": with_length(self.call_scope["headers"], len(body))}
-        timeout = asyncio.timeout(self.settings.app_timeout)
-        capture = ResponseCapture(
-            self.send,
-            self.loop_headers("app_answer") if self.depth else [],
-            self.settings.max_body_bytes,
-            on_forward=lambda: timeout.reschedule(None),  # a streamed answer is the client's to wait for
-        )
-        receive = self.after_body if self.watcher is not None else self.receive
+        """One internal call of the model app, timed into the round; None when the client got its answer."""
         started = perf_counter()
         model = self.body.get("model")
-        with self.observer.span(
+        with self.span(
             f"chat {model}",
             **{
                 "gen_ai.operation.name": "chat",
@@ -478,31 +442,16 @@ class AgenticLoop:
             },
         ) as span:
             try:
-                async with timeout:
-                    await self.app(scope, replay(body, receive), capture.send)
-            except TimeoutError:
-                if not timeout.expired():
-                    raise ModelAppError("the model app failed: TimeoutError") from None
-                raise ModelAppTimeout(
-                    f"the model app did not answer within app_timeout={self.settings.app_timeout:g} s"
-                ) from None
-            except Exception as error:
-                if capture.forwarded:
-                    raise
-                raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
+                answer = await self.dispatch(body, self.loop_headers("app_answer") if self.depth else [])
             finally:
                 self.round.app_seconds += perf_counter() - started
-            if capture.forwarded:
-                self.forwarded = True
-                if capture.oversize:
+            if answer is None:
+                if self.dispatch.oversize:
                     self.logging_obj.logger.warning(
                         "model answer over max_body_bytes=%d: passed through without hooks",
                         self.settings.max_body_bytes,
                     )
                 return None
-            if capture.start is None or not capture.complete:
-                raise ModelAppError("the model app ended a call without a complete response")
-            answer = Answer.parse(capture.start, capture.body)
             if self.observer.log_bodies:
                 log = self.logging_obj.logger
                 log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
@@ -510,8 +459,7 @@ class AgenticLoop:
             usage = answer.data.get("usage") if answer.data is not None else None
             self.usages.append(usage)
             self.round.usage = usage
-            if span is not None:
-                set_attributes(span, **self.surface.token_attributes(usage))
+            set_attributes(span, **self.surface.token_attributes(usage))
         return answer
 
     async def clean_up(self) -> None:
@@ -528,28 +476,32 @@ class AgenticLoop:
         except HookError as error:
             self.logging_obj.logger.error("%s", error, exc_info=error.__cause__)
 
-    def finish(self, reason: str, hook: BoundHook | None = None, plan_stop_reason: str | None = None) -> None:
+    def finish(self, reason: str, hook: BoundHook, plan_stop_reason: str | None = None) -> None:
         """Record why the loop ends; the observer reports it with the last round."""
         self.stop_reason = reason
         self.plan_stop_reason = plan_stop_reason
-        self.round.hook = hook.name if hook else self.round.hook
+        self.round.hook = hook.name
         self.round.stop_reason = plan_stop_reason
 
     async def call_hook(self, hook: BoundHook, method: str, **arguments: Any) -> Any:
-        """Call a hook method, timed into the round and traced when tracing is on."""
+        """Call a hook method within `hook_timeout`, timed into the round and traced when tracing is on."""
         started = perf_counter()
-        with self.observer.span(
-            f"agentic_hook {method}", **{"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
-        ):
-            try:
-                async with asyncio.timeout(self.settings.hook_timeout):
+        timeout = self.settings.hook_timeout
+        try:
+            with self.span(
+                f"agentic_hook {method}", **{"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
+            ):
+                if timeout is None:
                     return await hook.call(method, **arguments)
-            except TimeoutError:
-                raise HookError(
-                    hook.name, method, f"timed out after hook_timeout={self.settings.hook_timeout:g} s"
-                ) from None
-            finally:
-                self.round.hook_seconds += perf_counter() - started
+                async with asyncio.timeout(timeout):
+                    return await hook.call(method, **arguments)
+        except TimeoutError:
+            raise HookError(hook.name, method, f"timed out after hook_timeout={timeout:g} s") from None
+        finally:
+            self.round.hook_seconds += perf_counter() - started
+
+    def span(self, name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
+        return _NO_SPAN if self.observer.tracer is None else self.observer.span(name, **attributes)
 
     def error_reply(self, error: LoopError, cause: BaseException) -> Reply:
         self.stop_reason = error.ended_by
@@ -559,3 +511,6 @@ class AgenticLoop:
         message = str(error) if self.settings.error_details else f"{error.summary} (call id {self.call_id})"
         body = self.surface.error_body(error.status, message, error.code)
         return Reply(json_start(error.status, len(body), self.loop_headers()), body)
+
+
+_NO_SPAN = contextlib.nullcontext()

@@ -1,0 +1,100 @@
+"""Internal calls of the model app for one client request, and the answers they buffer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .asgi import Headers, ResponseCapture, replay, with_length
+from .errors import ModelAppError, ModelAppTimeout
+from .payload import dumps, parse_object
+
+# Request headers each call sets for itself: the middleware reads every answer, so none is compressed.
+_PER_CALL = frozenset((b"accept-encoding", b"content-length", b"transfer-encoding"))
+
+
+class Reply(NamedTuple):
+    """The one response the client gets: a start message and the whole body."""
+
+    start: Message
+    body: bytes
+
+
+class Answer:
+    """A buffered answer: the app's start message, the body's bytes, and the object hooks see.
+
+    `rewritten` tells that the bytes are no longer the app's, so the headers need a new content-length.
+    """
+
+    __slots__ = ("data", "raw", "rewritten", "start")
+
+    def __init__(self, start: Message, raw: bytes, data: Any, rewritten: bool = False) -> None:
+        self.start = start
+        self.raw = raw
+        self.data = data
+        self.rewritten = rewritten
+
+    @classmethod
+    def parse(cls, start: Message, raw: bytes) -> Answer:
+        return cls(start, raw, parse_object(raw))
+
+    def replaced(self, data: Any) -> Answer:
+        """This answer's status and headers around another body (serialized now, so errors show here)."""
+        return Answer(self.start, dumps(data), data, rewritten=True)
+
+    def reply(self, extra_headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
+        extra_headers = list(extra_headers)
+        if not self.rewritten and not extra_headers:
+            return Reply(self.start, self.raw)
+        headers = with_length(self.start["headers"], len(self.raw)) if self.rewritten else self.start["headers"]
+        return Reply({**self.start, "headers": [*headers, *extra_headers]}, self.raw)
+
+
+class Dispatcher:
+    """Calls the wrapped app with the client's scope and a new body each time.
+
+    Routers change the scope they are given (a `Mount` sets `root_path`, the router adds `endpoint`), so every
+    call starts from a copy taken before the first one, sharing its `state`.
+    """
+
+    def __init__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, limit: int, timeout: float | None):
+        self.app = app
+        self.scope: Scope = {**scope, "state": scope.setdefault("state", {})}
+        self.headers = [(name, value) for name, value in scope["headers"] if name not in _PER_CALL]
+        self.receive = receive  # what the app receives after its body: the client's, or our disconnect fan-out
+        self.send = send
+        self.limit = limit
+        self.timeout = timeout
+        self.forwarded = False
+        self.oversize = False
+
+    async def __call__(self, body: bytes, forward_headers: Headers) -> Answer | None:
+        """One call; None when its answer was not a readable JSON body and went to the client as the app sent it."""
+        scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
+        capture = ResponseCapture(self.send, forward_headers, self.limit)
+        timeout = None
+        try:
+            if self.timeout is None:
+                await self.app(scope, replay(body, self.receive), capture.send)
+            else:
+                async with asyncio.timeout(self.timeout) as timeout:
+                    capture.on_forward = lambda: timeout.reschedule(None)  # a streamed answer is the client's
+                    await self.app(scope, replay(body, self.receive), capture.send)
+        except TimeoutError:
+            if timeout is None or not timeout.expired():
+                raise ModelAppError("the model app failed: TimeoutError") from None
+            raise ModelAppTimeout(f"the model app did not answer within app_timeout={self.timeout:g} s") from None
+        except Exception as error:
+            if capture.forwarded:
+                raise  # the client already has the app's own answer under way
+            raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
+        if capture.forwarded:
+            self.forwarded = True
+            self.oversize = capture.oversize
+            return None
+        if capture.start is None or not capture.complete:
+            raise ModelAppError("the model app ended a call without a complete response")
+        return Answer.parse(capture.start, capture.body)
