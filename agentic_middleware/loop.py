@@ -99,7 +99,8 @@ class AgenticLoop:
         self.seen: set[tuple[tuple[str, bytes], ...]] = set()
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
-        self.deadline: asyncio.Timeout | None = None
+        self.guarded = False
+        self.cancelled_by_watcher = False
         self.watcher: asyncio.Task[None] | None = None
         self.disconnected: asyncio.Event | None = None
         self.stop_reason = "finished"
@@ -122,9 +123,13 @@ class AgenticLoop:
 
     async def run(self, raw: bytes) -> None:
         """Answer the client exactly once, and run every executed plan's cleanup hook."""
-        with self.span(
-            f"agentic_loop {self.surface.name}",
-            **{"agentic_loop.call_id": self.call_id, "gen_ai.request.model": self.body.get("model")},
+        with (
+            _NO_SPAN
+            if self.observer.tracer is None
+            else self.observer.span(
+                f"agentic_loop {self.surface.name}",
+                **{"agentic_loop.call_id": self.call_id, "gen_ai.request.model": self.body.get("model")},
+            )
         ) as span:
             reply: Reply | None = None
             try:
@@ -140,7 +145,7 @@ class AgenticLoop:
                     self.watcher.cancel()
                 await self.clean_up()
                 self.round.outcome = self.stop_reason
-                await self.observer.round_done(self.round, self.logging_obj.logger)
+                await self.observer.round_done(self.round)
                 set_attributes(span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason})
             if reply is not None and not self.client_gone:
                 await self.send(reply.start)
@@ -152,34 +157,44 @@ class AgenticLoop:
 
     async def answer(self, raw: bytes) -> Reply | None:
         """The loop within `loop_timeout`; a client that disconnects ends it at once, with no reply."""
+        timeout = self.settings.loop_timeout
+        self.guarded = True
         try:
-            async with asyncio.timeout(self.settings.loop_timeout) as self.deadline:
-                answer = await self.rounds(raw)
-                return None if answer is None else self.accounted(await self.unwind(answer))
-        except TimeoutError:
-            if self.client_gone:
+            if timeout is None:
+                return await self.looped(raw)
+            async with asyncio.timeout(timeout):
+                return await self.looped(raw)
+        except asyncio.CancelledError:
+            if self.cancelled_by_watcher and asyncio.current_task().uncancel() == 0:  # type: ignore[union-attr]
                 self.stop_reason = "client_disconnect"
                 return None
-            if self.deadline is None or not self.deadline.expired():
-                raise
-            raise LoopTimeout(
-                f"the agentic loop took longer than loop_timeout={self.settings.loop_timeout:g} s"
-            ) from None
+            raise
+        except TimeoutError:
+            raise LoopTimeout(f"the agentic loop took longer than loop_timeout={timeout:g} s") from None
+        finally:
+            self.guarded = False
+
+    async def looped(self, raw: bytes) -> Reply | None:
+        answer = await self.rounds(raw)
+        return None if answer is None else self.accounted(await self.unwind(answer))
 
     def watch_client(self) -> None:
         """From the first round a hook acts on, watch for the client leaving; the app hears of it from us."""
         if self.watcher is None:
             self.disconnected = asyncio.Event()
-            self.watcher = asyncio.ensure_future(self.wait_for_disconnect())
+            self.watcher = asyncio.ensure_future(self.wait_for_disconnect(asyncio.current_task()))
             self.dispatch.receive = self.after_body
 
-    async def wait_for_disconnect(self) -> None:
+    async def wait_for_disconnect(self, task: asyncio.Task[Any] | None) -> None:
+        """Cancel the loop when the client leaves. This runs only while the loop's task waits, so while
+        `guarded` is set the cancellation lands where the loop waits, inside `answer`, which absorbs it."""
         while (await self.receive())["type"] != "http.disconnect":
             pass
         assert self.disconnected is not None
         self.disconnected.set()
-        if self.deadline is not None:
-            self.deadline.reschedule(asyncio.get_running_loop().time())
+        if self.guarded and task is not None:
+            self.cancelled_by_watcher = True
+            task.cancel()
 
     async def after_body(self) -> Message:
         """What the app receives after its body once we watch the client: a disconnect, when it comes."""
@@ -219,7 +234,7 @@ class AgenticLoop:
             self.body = self.patched(step)
             self.round.outcome = "rerun"
             self.round.hook = step.hook.name
-            await self.observer.round_done(self.round, self.logging_obj.logger)
+            await self.observer.round_done(self.round)
             if self.depth == 0:
                 self.encoder.remember(self.first_body, raw)
             self.depth += 1
@@ -432,14 +447,18 @@ class AgenticLoop:
         """One internal call of the model app, timed into the round; None when the client got its answer."""
         started = perf_counter()
         model = self.body.get("model")
-        with self.span(
-            f"chat {model}",
-            **{
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self.provider,
-                "gen_ai.request.model": model,
-                "agentic_loop.depth": self.depth,
-            },
+        with (
+            _NO_SPAN
+            if self.observer.tracer is None
+            else self.observer.span(
+                f"chat {model}",
+                **{
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": self.provider,
+                    "gen_ai.request.model": model,
+                    "agentic_loop.depth": self.depth,
+                },
+            )
         ) as span:
             try:
                 answer = await self.dispatch(body, self.loop_headers("app_answer") if self.depth else [])
@@ -488,8 +507,12 @@ class AgenticLoop:
         started = perf_counter()
         timeout = self.settings.hook_timeout
         try:
-            with self.span(
-                f"agentic_hook {method}", **{"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
+            with (
+                _NO_SPAN
+                if self.observer.tracer is None
+                else self.observer.span(
+                    f"agentic_hook {method}", **{"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
+                )
             ):
                 if timeout is None:
                     return await hook.call(method, **arguments)
@@ -499,9 +522,6 @@ class AgenticLoop:
             raise HookError(hook.name, method, f"timed out after hook_timeout={timeout:g} s") from None
         finally:
             self.round.hook_seconds += perf_counter() - started
-
-    def span(self, name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
-        return _NO_SPAN if self.observer.tracer is None else self.observer.span(name, **attributes)
 
     def error_reply(self, error: LoopError, cause: BaseException) -> Reply:
         self.stop_reason = error.ended_by

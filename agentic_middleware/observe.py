@@ -21,7 +21,7 @@ ENDED_BY_HEADER = b"x-agentic-loop-ended-by"
 STOP_REASON_HEADER = b"x-agentic-loop-stop-reason"
 
 
-@dataclass
+@dataclass(slots=True)
 class RoundRecord:
     """One round of a client request's loop: one model-app call and what the hooks made of its answer.
 
@@ -44,6 +44,8 @@ class RoundRecord:
 
 
 RoundCallback = Callable[[RoundRecord], Any]
+
+_WARNINGS = frozenset(("limit", "repeated_tool_calls", "hook_error", "app_error", "timeout"))
 
 
 def sum_usage(usages: Sequence[Any]) -> Any:
@@ -71,12 +73,12 @@ class Observer:
         self.log_bodies = log_bodies
         self.tracer = _tracer() if tracing else None
 
-    async def round_done(self, record: RoundRecord, log: logging.LoggerAdapter[logging.Logger]) -> None:
+    async def round_done(self, record: RoundRecord) -> None:
         level = logging.DEBUG if record.outcome == "finished" and record.depth == 0 else logging.INFO
-        if record.outcome in ("limit", "repeated_tool_calls", "hook_error", "app_error"):
+        if record.outcome in _WARNINGS:
             level = logging.WARNING
-        if log.isEnabledFor(level):
-            log.logger.log(
+        if logger.isEnabledFor(level):
+            logger.log(
                 level,
                 "agentic round %d: %s%s (hook %s, tools %s, app %.2f ms, hooks %.2f ms)",
                 record.depth,
@@ -86,7 +88,7 @@ class Observer:
                 ",".join(record.tools) or "-",
                 record.app_seconds * 1000,
                 record.hook_seconds * 1000,
-                extra={**(log.extra or {}), "agentic_round": record.as_dict()},
+                extra={"litellm_call_id": record.litellm_call_id, "agentic_round": record.as_dict()},
             )
         if self.on_round is None:
             return
@@ -95,7 +97,7 @@ class Observer:
             if inspect.isawaitable(result):
                 await result
         except Exception:
-            log.exception("on_round callback failed")
+            logger.exception("on_round callback failed", extra={"litellm_call_id": record.litellm_call_id})
 
     @contextlib.contextmanager
     def span(self, name: str, **attributes: Any) -> Iterator[Any]:

@@ -32,12 +32,15 @@ class JSONObject(dict[str, Any]):
             raise AttributeError(name) from None
 
 
+_CONTAINERS = (dict, list)
+
+
 def wrap(value: Any) -> Any:
     """Turn every dict of a parsed JSON value into a `JSONObject`, leaving lists as lists."""
     if type(value) is dict:
-        return JSONObject({key: wrap(item) for key, item in value.items()})
+        return JSONObject({k: wrap(v) if type(v) in _CONTAINERS else v for k, v in value.items()})
     if type(value) is list:
-        return [wrap(item) for item in value]
+        return [wrap(v) if type(v) in _CONTAINERS else v for v in value]
     return value
 
 
