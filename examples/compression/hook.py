@@ -1,0 +1,115 @@
+"""Compression interception: long contents in the history go to a per-request stash, the model sees stubs.
+
+On the first call of each client request, every text above `threshold` characters in the history (tool results,
+long user documents) is replaced by a stub with a key and a preview, and a `retrieve(key)` server tool is declared;
+when the model calls it, the original comes back. The stash lives in the request's `logging_obj`, so it ends with
+the request: nothing is shared between requests and nothing grows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from agentic_middleware import ServerTools, server_tool
+
+STASH = "compression_stash"
+STUB_MARK = "[compressed: "
+
+
+@server_tool(description="Get back the full text of a compressed part of the conversation, by the key in its stub.")
+def retrieve(key: str, logging_obj: Any) -> str:
+    stash: dict[str, str] = logging_obj.model_call_details.get(STASH) or {}
+    if key not in stash:
+        raise KeyError(f"no compressed text has the key {key!r}; known keys: {', '.join(stash) or 'none'}")
+    return stash[key]
+
+
+class CompressionHook(ServerTools):
+    """Stubs long history contents and serves `retrieve`; the message the model must act on is never stubbed."""
+
+    def __init__(self, threshold: int = 4000, preview: int = 200, timeout: float = 30.0) -> None:
+        super().__init__([retrieve], timeout=timeout)
+        self.threshold = threshold
+        self.preview = preview
+
+    async def async_pre_agentic_loop_request_hook(  # type: ignore[override]  # None keeps the client's bytes
+        self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        messages = request.get("messages")
+        if not isinstance(messages, list):
+            return None
+        stash: dict[str, str] = {}
+        chat = kwargs["_agentic_loop_api_surface"] == "chat_completions"
+        protected = _protected(messages)
+        squeezed = [
+            message if index in protected else self._message(message, stash, chat)
+            for index, message in enumerate(messages)
+        ]
+        if not stash:
+            return None  # nothing long: leave the request as the client sent it, without a retrieve tool
+        logging_obj.model_call_details[STASH] = stash
+        return await super().async_pre_agentic_loop_request_hook({**request, "messages": squeezed}, logging_obj, kwargs)
+
+    async def async_should_run_agentic_loop(
+        self,
+        response: Any,
+        model: str,
+        messages: list[Any],
+        tools: list[Any] | None,
+        stream: bool,
+        custom_llm_provider: str,
+        kwargs: dict[str, Any],
+    ) -> tuple[bool, dict[str, Any]]:
+        """Claim `retrieve` only where we stubbed something, so a client's own `retrieve` tool stays the client's."""
+        if STUB_MARK.encode() not in orjson.dumps(messages):
+            return False, {}
+        return await super().async_should_run_agentic_loop(
+            response, model, messages, tools, stream, custom_llm_provider, kwargs
+        )
+
+    def _stub(self, text: str, stash: dict[str, str]) -> str:
+        if len(text) <= self.threshold:
+            return text
+        key = f"c{len(stash) + 1}"
+        stash[key] = text
+        return (
+            f'{STUB_MARK}{len(text):,} chars, key {key}; call retrieve(key="{key}") for the full text]\n'
+            f"{text[: self.preview]}..."
+        )
+
+    def _message(self, message: Any, stash: dict[str, str], chat: bool) -> Any:
+        """A message with its long texts stubbed: chat user/tool strings; messages strings, text and tool results."""
+        if not isinstance(message, dict) or message.get("role") not in (("user", "tool") if chat else ("user",)):
+            return message
+        content = message.get("content")
+        if isinstance(content, str):
+            return {**message, "content": self._stub(content, stash)}
+        if isinstance(content, list) and not chat:
+            return {**message, "content": [self._block(block, stash) for block in content]}
+        return message
+
+    def _block(self, block: Any, stash: dict[str, str]) -> Any:
+        if not isinstance(block, dict):
+            return block
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            return {**block, "text": self._stub(block["text"], stash)}
+        if block.get("type") == "tool_result":
+            content = block.get("content")
+            if isinstance(content, str):
+                return {**block, "content": self._stub(content, stash)}
+            if isinstance(content, list):
+                return {**block, "content": [self._block(inner, stash) for inner in content]}
+        return block
+
+
+def _protected(messages: list[Any]) -> set[int]:
+    """The current turn, which the model acts on: the last user message and everything after the last assistant."""
+    roles = [message.get("role") if isinstance(message, dict) else None for message in messages]
+    last_user = max((index for index, role in enumerate(roles) if role == "user"), default=-1)
+    last_assistant = max((index for index, role in enumerate(roles) if role == "assistant"), default=-1)
+    return {last_user, *range(last_assistant + 1, len(messages))}
+
+
+compression_hook = CompressionHook()

@@ -1,0 +1,74 @@
+"""`python -m examples.gateway [--port 8000] [--config FILE]` serves the gateway on 127.0.0.1;
+`--demo` starts it on a free port, asks one question with each official SDK, prints the answers, and exits.
+
+With AGENTIC_UPSTREAM=http://host/v1 the gateway forwards to that model server instead of the demo model
+(`--demo` always uses the demo model: it needs no keys and no network).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+import anthropic
+import openai
+import uvicorn
+
+from .app import CONFIG, UPSTREAM_VARIABLE, create_app, model_from_env
+from .demo_model import DemoModel
+from .serve import serving
+from .upstream import Upstream
+
+
+async def demo(config: str) -> None:
+    model = DemoModel()
+    async with serving(create_app(config, model)) as url:
+        print(f"Gateway on {url}: the scripted demo model behind the middleware, hooks from {config}\n")
+
+        question = "What is the capital of Australia?"
+        async with anthropic.AsyncAnthropic(base_url=url, api_key="demo", max_retries=0) as claude:
+            reply = await claude.messages.create(
+                model="demo",
+                max_tokens=512,
+                messages=[{"role": "user", "content": question}],
+                tools=[{"type": "web_search_20250305", "name": "web_search"}],
+            )
+        text = "".join(block.text for block in reply.content if block.type == "text")
+        print("anthropic SDK, POST /v1/messages, with Anthropic's native web_search tool:")
+        print(f"  Q: {question}\n  A: {text}  (stop_reason={reply.stop_reason})\n")
+
+        question = "How tall is Mount Everest?"
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0) as gpt:
+            completion = await gpt.chat.completions.create(
+                model="demo", messages=[{"role": "user", "content": question}]
+            )
+        choice = completion.choices[0]
+        print("openai SDK, POST /v1/chat/completions, no tools declared (the gateway adds web_search):")
+        print(f"  Q: {question}\n  A: {choice.message.content}  (finish_reason={choice.finish_reason})\n")
+
+        print(f"The model was called {model.calls} times for these 2 requests: each search ran inside the gateway.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m examples.gateway", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--config", default=str(CONFIG), help="YAML config (default: %(default)s)")
+    parser.add_argument("--demo", action="store_true", help="run one request with each SDK, print them, exit")
+    args = parser.parse_args(argv)
+    if args.demo:
+        asyncio.run(demo(args.config))
+        return 0
+    model = model_from_env()
+    app = create_app(args.config, model)
+    behind = (
+        f"upstream {model.base_url}" if isinstance(model, Upstream) else f"the demo model ({UPSTREAM_VARIABLE} unset)"
+    )
+    print(f"gateway on http://{args.host}:{args.port} in front of {behind}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

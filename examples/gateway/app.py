@@ -1,0 +1,61 @@
+"""The gateway: a FastAPI app serving the two model routes, with the agentic middleware in front of them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agentic_middleware import AgenticLoopMiddleware, Settings, load_config
+
+from .demo_model import DemoModel
+from .upstream import Upstream
+from .wire import Model
+
+CONFIG = Path(__file__).with_name("config.yaml")
+UPSTREAM_VARIABLE = "AGENTIC_UPSTREAM"
+
+
+def model_app(model: Model) -> FastAPI:
+    """The model routes alone, without the middleware: what an upstream model server looks like."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await model.aclose()
+
+    app = FastAPI(title="agentic gateway", lifespan=lifespan)
+    app.state.model = model
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        return await model(request, "messages")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await model(request, "chat_completions")
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def create_app(config: str | os.PathLike[str] | Settings = CONFIG, model: Model | None = None) -> FastAPI:
+    """The gateway; the config is read and checked now, so a mistake in it stops the start, not a request."""
+    settings = config if isinstance(config, Settings) else load_config(config)
+    app = model_app(model or DemoModel())
+    app.add_middleware(AgenticLoopMiddleware, config=settings)
+    return app
+
+
+def model_from_env() -> Model:
+    """`Upstream(AGENTIC_UPSTREAM)` when the variable is set, else the scripted demo model."""
+    upstream = os.environ.get(UPSTREAM_VARIABLE)
+    return Upstream(upstream) if upstream else DemoModel()

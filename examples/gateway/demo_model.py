@@ -1,0 +1,180 @@
+"""The gateway's default model: a scripted stand-in that uses the server tools as a real model would.
+
+It calls `retrieve` for a compressed stub, `web_search` for a question (one ending in "?"), and answers from the
+tool result once one is in the history, citing the top search result. No keys, no network.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from agentic_middleware.testing import chat_completion, message, tool_call, tool_use
+
+from .wire import Route, error_response
+
+_TOP_RESULT = re.compile(r"^\[1\] (?P<title>.+)\nURL: (?P<url>\S+)\n(?P<snippet>.+)$", re.MULTILINE)
+_STUB_KEY = re.compile(r'retrieve\(key="(?P<key>[^"]+)"\)')
+_CHAT_ERROR = "Error: "
+
+
+class DemoModel:
+    """Serves both routes; `calls` counts the requests it answered (the loop's internal calls included)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def aclose(self) -> None:
+        return None
+
+    async def __call__(self, request: Request, route: Route) -> Response:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return error_response(route, 400, "the body must be a JSON object with a messages list")
+        self.calls += 1
+        model = str(body.get("model") or "demo")
+        stream = body.get("stream") is True
+        # A stream does not go through the agentic loop, so the model calls no server tool in one.
+        step = decide(_read(body, route), declared=set() if stream else _declared(body))
+        if stream:
+            return _stream(route, model, step[1] if step[0] == "say" else "")
+        if step[0] == "say":
+            answer = message(step[1], model=model) if route == "messages" else chat_completion(step[1], model=model)
+        elif route == "messages":
+            answer = message(tool_use(step[1], step[2]), model=model)
+        else:
+            answer = chat_completion(tool_calls=[tool_call(step[1], step[2])], model=model)
+        return JSONResponse(answer)
+
+
+class Turn:
+    """What the demo model looks at: the user's last text, the history's texts, the tool result after it."""
+
+    def __init__(self, question: str, texts: list[str], result: str | None, failed: bool) -> None:
+        self.question = question
+        self.texts = texts
+        self.result = result
+        self.failed = failed
+
+
+def decide(turn: Turn, declared: set[str]) -> tuple[str, Any, Any]:
+    """("say", text, None) or ("call", tool, input)."""
+    if turn.result is not None:
+        return "say", answer_from(turn.result, turn.failed), None
+    stub = next((match for text in turn.texts for match in _STUB_KEY.finditer(text)), None)
+    if stub and "retrieve" in declared:
+        return "call", "retrieve", {"key": stub["key"]}
+    if "web_search" in declared and turn.question.rstrip().endswith("?"):
+        return "call", "web_search", {"query": turn.question.strip()}
+    if turn.question.rstrip().endswith("?"):
+        return "say", "I have no web_search tool in this request, so I cannot look that up.", None
+    return "say", f"You said: {turn.question[:200]!r}. Ask me a question ending in '?' and I will search for it.", None
+
+
+def answer_from(result: str, failed: bool) -> str:
+    if failed:
+        return f"The tool failed, so I cannot answer: {result}"
+    top = _TOP_RESULT.search(result)
+    if top:
+        sentence = top["snippet"].split(". ")[0].rstrip(".")
+        return f'According to "{top["title"]}" ({top["url"]}): {sentence}.'
+    if result.startswith("No results"):
+        return "I searched but found nothing about that."
+    return f"I read the full text ({len(result):,} characters). It begins: {result[:120]!r}"
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    return []
+
+
+def _read(body: dict[str, Any], route: Route) -> Turn:
+    messages = [m for m in body["messages"] if isinstance(m, dict)]
+    texts = [text for m in messages for text in _texts(m.get("content"))]
+    asked = [i for i, m in enumerate(messages) if m.get("role") == "user" and _texts(m.get("content"))]
+    last = asked[-1] if asked else -1
+    question = " ".join(_texts(messages[last].get("content"))) if asked else ""
+    result: str | None = None
+    failed = False
+    for m in messages[last + 1 :]:
+        content = m.get("content")
+        if route == "chat_completions" and m.get("role") == "tool":
+            result = " ".join(_texts(content))
+            failed = result.startswith(_CHAT_ERROR)
+        elif route == "messages" and isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    result = " ".join(_texts(block.get("content")))
+                    failed = block.get("is_error") is True
+    return Turn(question, texts, result, failed)
+
+
+def _declared(body: dict[str, Any]) -> set[str]:
+    names: set[str] = set()
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            name = function.get("name") if isinstance(function, dict) else tool.get("name")
+            if isinstance(name, str):
+                names.add(name)
+    return names
+
+
+def _stream(route: Route, model: str, text: str) -> StreamingResponse:
+    """The answer as server-sent events in the route's format, a few words per event."""
+    words = re.findall(r"\S+\s*", text) or [""]
+    pieces = ["".join(words[i : i + 4]) for i in range(0, len(words), 4)]
+    return StreamingResponse(
+        _messages_events(model, pieces) if route == "messages" else _chat_events(model, pieces),
+        media_type="text/event-stream",
+    )
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    return (f"event: {event}\n" if event else "").encode() + b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+async def _messages_events(model: str, pieces: list[str]) -> AsyncIterator[bytes]:
+    start = {
+        **message(model=model),
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    yield _sse({"type": "message_start", "message": start}, "message_start")
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    yield _sse(block, "content_block_start")
+    for piece in pieces:
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+        yield _sse(delta, "content_block_delta")
+    yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+    end = {"stop_reason": "end_turn", "stop_sequence": None}
+    yield _sse({"type": "message_delta", "delta": end, "usage": {"output_tokens": len(pieces)}}, "message_delta")
+    yield _sse({"type": "message_stop"}, "message_stop")
+
+
+async def _chat_events(model: str, pieces: list[str]) -> AsyncIterator[bytes]:
+    chunk: dict[str, Any] = {
+        "id": f"chatcmpl-demo-{time.monotonic_ns()}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+    for index, piece in enumerate(pieces):
+        delta = {"role": "assistant", "content": piece} if index == 0 else {"content": piece}
+        yield _sse({**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    yield _sse({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    yield b"data: [DONE]\n\n"

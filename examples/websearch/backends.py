@@ -1,0 +1,86 @@
+"""Search backends: anything with `async search(query, max_results)` plugs into the web_search tool."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import httpx
+
+from .bm25 import BM25
+
+CORPUS = Path(__file__).with_name("corpus.json")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    title: str
+    url: str
+    snippet: str
+
+
+class SearchBackend(Protocol):
+    async def search(self, query: str, max_results: int) -> list[SearchResult]: ...
+
+
+class CorpusSearch:
+    """Offline search over a bundled corpus ranked by BM25: real answers with no network and no key."""
+
+    def __init__(self, documents: list[SearchResult] | None = None) -> None:
+        self.documents = documents if documents is not None else load_corpus()
+        self.index = BM25([f"{document.title} {document.snippet}" for document in self.documents])
+
+    async def search(self, query: str, max_results: int) -> list[SearchResult]:
+        return [self.documents[index] for index, _ in self.index.rank(query, max_results)]
+
+
+def load_corpus(path: Path = CORPUS) -> list[SearchResult]:
+    """Documents from a JSON list of {"title", "url", "content"} objects."""
+    return [SearchResult(item["title"], item["url"], item["content"]) for item in json.loads(path.read_text())]
+
+
+class HttpSearch:
+    """A search API over HTTP; both kinds answer `{"results": [{"title", "url", "content"}]}`.
+
+    `kind="searxng"`: GET {base_url}/search?q=...&format=json (the instance must allow the json format).
+    `kind="tavily"`: POST {base_url}/search with {"query", "max_results"}; `api_key` goes in a Bearer header.
+    A failing call raises, and the toolkit turns that into an error result the model can read.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        kind: Literal["searxng", "tavily"] = "searxng",
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        if kind not in ("searxng", "tavily"):
+            raise ValueError(f"kind must be 'searxng' or 'tavily', got {kind!r}")
+        self.base_url = base_url.rstrip("/")
+        self.kind = kind
+        self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = client
+        self.timeout = timeout
+
+    async def search(self, query: str, max_results: int) -> list[SearchResult]:
+        if self.client is not None:
+            return await self._search(self.client, query, max_results)
+        async with httpx.AsyncClient(timeout=self.timeout) as client:  # one per call: nothing to close later
+            return await self._search(client, query, max_results)
+
+    async def _search(self, client: httpx.AsyncClient, query: str, max_results: int) -> list[SearchResult]:
+        url = f"{self.base_url}/search"
+        if self.kind == "searxng":
+            response = await client.get(url, params={"q": query, "format": "json"}, headers=self.headers)
+        else:
+            response = await client.post(url, json={"query": query, "max_results": max_results}, headers=self.headers)
+        response.raise_for_status()
+        items: Any = response.json().get("results")
+        return [
+            SearchResult(str(item.get("title") or ""), str(item.get("url") or ""), str(item.get("content") or ""))
+            for item in (items if isinstance(items, list) else [])
+            if isinstance(item, dict)
+        ][:max_results]
