@@ -87,14 +87,22 @@ class ResponseCapture:
     Anything that is not a 2xx JSON body, or a body over `limit` bytes, goes to
     the client as the app sends it, chunk by chunk (with `forward_headers` added
     to its start); `forwarded` records that the client has an answer, and
-    `on_forward` is called when forwarding begins.
+    `on_forward` is called when forwarding begins. Without `forward`, nothing
+    goes to the client: other answers are kept too, and `readable` tells them apart.
     """
 
     def __init__(
-        self, send: Send, forward_headers: Headers, limit: int, on_forward: Callable[[], object] | None = None
+        self,
+        send: Send,
+        forward_headers: Headers,
+        limit: int,
+        on_forward: Callable[[], object] | None = None,
+        forward: bool = True,
     ) -> None:
         self.client_send = send
         self.forward_headers = forward_headers
+        self.forward_allowed = forward  # False once the client's response has begun: keep everything
+        self.readable = True
         self.limit = limit
         self.on_forward = on_forward
         self.start: Message | None = None
@@ -116,19 +124,21 @@ class ResponseCapture:
         if self.forwarded:
             await self.client_send(message)
         elif message["type"] == "http.response.start":
-            if is_readable_json(message):
+            self.readable = is_readable_json(message)
+            if self.readable or not self.forward_allowed:
                 self.start = message
             else:
                 await self.forward(message)
-        elif message["type"] == "http.response.body" and self.start is not None:
+        elif message["type"] == "http.response.body" and self.start is not None and not self.oversize:
             chunk = message.get("body", b"")
             self.chunks.append(chunk)
             self.size += len(chunk)
             self.complete = not message.get("more_body", False)
             if self.size > self.limit:
                 self.oversize = True
-                await self.forward(self.start)
-                await self.client_send({**message, "body": self.body})
+                if self.forward_allowed:
+                    await self.forward(self.start)
+                    await self.client_send({**message, "body": self.body})
 
     @property
     def body(self) -> bytes:

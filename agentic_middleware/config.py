@@ -57,14 +57,20 @@ class Settings:
     hook_timeout: float | None = None
     loop_timeout: float | None = None
     error_details: bool = True
+    streaming: bool | None = None
+    stream_keepalive: float = 5.0
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
         loop_limit(self.max_body_bytes, "max_body_bytes")
-        for name in ("app_timeout", "hook_timeout", "loop_timeout"):
+        if self.streaming is not None and not isinstance(self.streaming, bool):
+            raise ConfigurationError(f"streaming must be true, false or null, got {self.streaming!r}")
+        for name in ("app_timeout", "hook_timeout", "loop_timeout", "stream_keepalive"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
-                raise ConfigurationError(f"{name} must be a number of seconds above 0, or null, got {value!r}")
+            if (value is not None or name == "stream_keepalive") and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+            ):
+                raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
         for name in ("sum_usage", "log_bodies", "tracing", "error_details"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -218,8 +224,9 @@ _NUMBERS: dict[str, Callable[[str], Any]] = {
     "app_timeout": float,
     "hook_timeout": float,
     "loop_timeout": float,
+    "stream_keepalive": float,
 }
-_FLAGS = ("sum_usage", "log_bodies", "tracing", "error_details")
+_FLAGS = ("sum_usage", "log_bodies", "tracing", "error_details", "streaming")
 
 
 def _mapping(value: object, where: str, file: Path) -> dict[str, Any]:

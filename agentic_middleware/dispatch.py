@@ -70,11 +70,15 @@ class Dispatcher:
         self.timeout = timeout
         self.forwarded = False
         self.oversize = False
+        self.forward = True  # False once the client's response has begun (a stream): every answer is kept
 
     async def __call__(self, body: bytes, forward_headers: Headers) -> Answer | None:
-        """One call; None when its answer was not a readable JSON body and went to the client as the app sent it."""
+        """One call; None when its answer was not a readable JSON body and went to the client as the app sent it.
+
+        An answer kept though not readable (while streaming) has no `data`, which ends the loop.
+        """
         scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
-        capture = ResponseCapture(self.send, forward_headers, self.limit)
+        capture = ResponseCapture(self.send, forward_headers, self.limit, forward=self.forward)
         timeout = None
         try:
             if self.timeout is None:
@@ -95,6 +99,10 @@ class Dispatcher:
             self.forwarded = True
             self.oversize = capture.oversize
             return None
+        if capture.oversize:
+            raise ModelAppError(f"the model app's answer was over max_body_bytes={self.limit}")
         if capture.start is None or not capture.complete:
             raise ModelAppError("the model app ended a call without a complete response")
+        if not capture.readable:
+            return Answer(capture.start, capture.body, None)
         return Answer.parse(capture.start, capture.body)

@@ -35,6 +35,7 @@ from .observe import (
     sum_usage,
 )
 from .payload import JSONObject, wrap
+from .stream import EventStream
 from .surfaces import Surface, claims_of
 
 logger = logging.getLogger("agentic_middleware")
@@ -82,6 +83,8 @@ class AgenticLoop:
         receive: Receive,
         send: Send,
         body: dict[str, Any],
+        stream_options: Any = None,
+        streaming: bool = False,
     ) -> None:
         self.hooks = hooks
         self.settings = settings
@@ -109,6 +112,13 @@ class AgenticLoop:
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self._logging_obj: AgenticLoopLogging | None = None
         self.round = RoundRecord(self.call_id, surface.name, 0)
+        self.streaming = streaming
+        self.events: EventStream | None = None
+        if streaming:
+            self.dispatch.forward = False
+            self.events = EventStream(
+                send, surface, stream_options, settings.stream_keepalive, lambda: self.client_gone
+            )
 
     @property
     def logging_obj(self) -> AgenticLoopLogging:
@@ -133,6 +143,8 @@ class AgenticLoop:
         ) as span:
             reply: Reply | None = None
             try:
+                if self.events is not None:
+                    await self.events.open()
                 reply = await self.answer(raw)
             except LoopError as error:
                 reply = self.error_reply(error, error)
@@ -143,11 +155,17 @@ class AgenticLoop:
             finally:
                 if self.watcher is not None:
                     self.watcher.cancel()
+                if self.events is not None:
+                    await self.events.stop_keep_alive()
                 await self.clean_up()
                 self.round.outcome = self.stop_reason
                 await self.observer.round_done(self.round)
                 set_attributes(span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason})
-            if reply is not None and not self.client_gone:
+            if self.client_gone:
+                return
+            if self.events is not None:
+                await self.events.close(reply)
+            elif reply is not None:
                 await self.send(reply.start)
                 await self.send({"type": "http.response.body", "body": reply.body})
 
@@ -303,7 +321,7 @@ class AgenticLoop:
                 response=response,
                 **PLAN_PARAMETERS[method](self.optional_params()),
                 logging_obj=self.logging_obj,
-                stream=False,
+                stream=self.streaming,
                 kwargs=kwargs,
             )
             plan = as_plan(raw_plan, hook, method)
@@ -330,7 +348,7 @@ class AgenticLoop:
                 model=self.body.get("model"),
                 messages=self.body.get("messages"),
                 tools=self.body.get("tools"),
-                stream=False,
+                stream=self.streaming,
                 custom_llm_provider=self.provider,
                 kwargs=kwargs,
             )

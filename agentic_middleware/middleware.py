@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -45,6 +45,8 @@ class AgenticLoopMiddleware:
         hook_timeout: float | None = None,
         loop_timeout: float | None = None,
         error_details: bool | None = None,
+        streaming: bool | None = None,
+        stream_keepalive: float | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -63,10 +65,23 @@ class AgenticLoopMiddleware:
             hook_timeout=hook_timeout,
             loop_timeout=loop_timeout,
             error_details=error_details,
+            streaming=streaming,
+            stream_keepalive=stream_keepalive,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         self.observer = Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies)
         self.routes = self.settings.surface_routes()
+        # Which streaming requests take part: all, none, or those a hook asks for (`agentic_loop_streaming`).
+        self.stream_wishes: list[Callable[[dict[str, Any]], Any]] = []
+        if self.settings.streaming is None:
+            for hook in self.settings.hooks:
+                wish = getattr(hook, "agentic_loop_streaming", False)
+                if callable(wish):
+                    self.stream_wishes.append(wish)
+                elif wish is True:
+                    self.stream_wishes.append(lambda request: True)
+        elif self.settings.streaming:
+            self.stream_wishes.append(lambda request: True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -94,15 +109,32 @@ class AgenticLoopMiddleware:
                     del body[name]
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
-            if self.hooks and body.get("stream") is not True:
+            streaming = body.get("stream") is True
+            if self.hooks and (not streaming or any(wish(body) for wish in self.stream_wishes)):
                 problem = _wrong_type(body)
                 if problem:
                     error = surface.error_body(400, problem, "invalid_request")
                     await send(json_start(400, len(error)))
                     await send({"type": "http.response.body", "body": error})
                     return
+                stream_options = None
+                if streaming:  # the app is called without streaming; the stream is written from the answer
+                    del body["stream"]
+                    stream_options = body.pop("stream_options", None)
+                    raw = orjson.dumps(body)
+                    scope = scope_with_body_length(scope, len(raw))
                 loop = AgenticLoop(
-                    self.app, self.hooks, self.settings, self.observer, surface, scope, receive, send, body
+                    self.app,
+                    self.hooks,
+                    self.settings,
+                    self.observer,
+                    surface,
+                    scope,
+                    receive,
+                    send,
+                    body,
+                    stream_options,
+                    streaming,
                 )
                 await loop.run(raw)
                 return

@@ -121,6 +121,7 @@ class ServerTools(AgenticHook):
     native: Mapping[str, str] = field(default_factory=dict)
     timeout: float = 30.0
     keep_trace: bool = False
+    agentic_loop_streaming: bool = True  # streaming clients get the loop too (see the middleware's `streaming`)
 
     def __post_init__(self) -> None:
         self.by_name = {tool.name: tool for tool in self.tools}
@@ -138,7 +139,7 @@ class ServerTools(AgenticHook):
 
     async def async_pre_agentic_loop_request_hook(
         self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         """Declare our tools; a client tool of the same name, or a native tool mapped to one, gives way to ours."""
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         client_tools = request.get("tools")

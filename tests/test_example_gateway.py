@@ -66,12 +66,11 @@ async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -
         completion = await gpt.chat.completions.create(
             model="demo", messages=[{"role": "user", "content": "How tall is Mount Everest?"}]
         )
-        streamed = await claude.messages.create(
-            model="demo", max_tokens=100, messages=[{"role": "user", "content": "Hello there"}], stream=True
-        )
-        deltas = [
-            e.delta.text async for e in streamed if e.type == "content_block_delta" and e.delta.type == "text_delta"
-        ]
+        # Streaming clients get the loop too: the search runs, then the answer is streamed.
+        async with claude.messages.stream(
+            model="demo", max_tokens=100, messages=[{"role": "user", "content": "Who created Git?"}]
+        ) as stream:
+            streamed = await stream.get_final_message()
         chunks = await gpt.chat.completions.create(
             model="demo", messages=[{"role": "user", "content": "Hello again"}], stream=True
         )
@@ -80,9 +79,9 @@ async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -
     assert reply.content[0].text.startswith('According to "Canberra"')  # type: ignore[union-attr]
     assert reply.stop_reason == "end_turn"
     assert completion.choices[0].message.content.startswith('According to "Mount Everest"')  # type: ignore[union-attr]
-    assert upstream_model.calls == 6  # a search and an answer for each plain request, one call per stream
-    assert "".join(deltas).startswith("You said: 'Hello there'.") and len(deltas) > 1
-    assert "".join(pieces).startswith("You said: 'Hello again'.") and len(pieces) > 1
+    assert streamed.content[0].text.startswith('According to "Git"')  # type: ignore[union-attr]
+    assert "".join(pieces).startswith("You said: 'Hello again'.")
+    assert upstream_model.calls == 7  # a search and an answer for each question, one call for the greeting
 
 
 def recording_upstream(seen: list[Request], response: Response) -> Starlette:
@@ -142,6 +141,7 @@ async def test_an_unreachable_upstream_is_a_502_in_the_routes_shape() -> None:
 
 
 async def test_a_stream_is_forwarded_chunk_by_chunk() -> None:
+    """The upstream mode's model app streams what the upstream streams (a stream no hook takes part in)."""
     first_arrived = asyncio.Event()
 
     async def events() -> AsyncIterator[bytes]:
@@ -152,7 +152,7 @@ async def test_a_stream_is_forwarded_chunk_by_chunk() -> None:
     upstream = recording_upstream([], StreamingResponse(events(), media_type="text/event-stream"))
     async with (
         serving(upstream) as upstream_url,
-        serving(create_app(CONFIG, Upstream(f"{upstream_url}/v1"))) as gateway_url,
+        serving(model_app(Upstream(f"{upstream_url}/v1"))) as gateway_url,
         httpx.AsyncClient(base_url=gateway_url) as client,
         asyncio.timeout(3),
     ):

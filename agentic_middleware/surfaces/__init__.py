@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -94,6 +94,18 @@ class Surface(ABC):
     @abstractmethod
     def error_body(self, status: int, message: str, code: str) -> bytes:
         """An error body in the route's own shape."""
+
+    @abstractmethod
+    def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
+        """A final response as the SSE events a streaming client of this route expects."""
+
+    @abstractmethod
+    def keepalive(self) -> bytes:
+        """An SSE event or comment that keeps a quiet stream open."""
+
+    @abstractmethod
+    def error_event(self, status: int, message: str, code: str) -> bytes:
+        """An error in the route's own SSE shape, for failures after the stream began."""
 
     @abstractmethod
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
 
+from .. import sse
 from ..payload import JSONObject
 from . import Claims, Surface, ToolResult, field
 
 ERROR_MARKER = "Error: "
+
+
+def _error_type(status: int) -> str:
+    return "invalid_request_error" if status < 500 else "server_error"
 
 
 def _messages(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -80,8 +85,17 @@ class ChatCompletions(Surface):
         return choice
 
     def error_body(self, status: int, message: str, code: str) -> bytes:
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+        return orjson.dumps({"error": {"message": message, "type": _error_type(status), "param": None, "code": code}})
+
+    def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
+        include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+        return sse.chat_chunks(response, include_usage)
+
+    def keepalive(self) -> bytes:
+        return sse.chat_keepalive()
+
+    def error_event(self, status: int, message: str, code: str) -> bytes:
+        return sse.chat_error(message, _error_type(status), code)
 
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}

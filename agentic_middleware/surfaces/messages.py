@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
 
+from .. import sse
 from ..payload import JSONObject
 from . import Claims, Surface, ToolResult
 
@@ -20,6 +21,10 @@ _ERROR_TYPES = {
     504: "timeout_error",
     529: "overloaded_error",
 }
+
+
+def _error_type(status: int) -> str:
+    return _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
 
 
 def _is_tool_use(block: Any) -> bool:
@@ -61,8 +66,16 @@ class Messages(Surface):
         return ended
 
     def error_body(self, status: int, message: str, code: str) -> bytes:
-        kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+        return orjson.dumps({"type": "error", "error": {"type": _error_type(status), "message": message}})
+
+    def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
+        return sse.messages_events(response)
+
+    def keepalive(self) -> bytes:
+        return sse.messages_ping()
+
+    def error_event(self, status: int, message: str, code: str) -> bytes:
+        return sse.messages_error(_error_type(status), message)
 
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"name": name, "description": description, "input_schema": schema}

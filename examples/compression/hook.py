@@ -34,7 +34,7 @@ class CompressionHook(ServerTools):
         self.threshold = threshold
         self.preview = preview
 
-    async def async_pre_agentic_loop_request_hook(  # type: ignore[override]  # None keeps the client's bytes
+    async def async_pre_agentic_loop_request_hook(  # None keeps the client's bytes
         self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
     ) -> dict[str, Any] | None:
         messages = request.get("messages")

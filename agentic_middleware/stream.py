@@ -1,0 +1,85 @@
+"""The response of a streaming request the loop takes part in.
+
+The model app is called without streaming; the client gets SSE headers at once, keep-alives while
+the loop runs (so clients and proxies do not time out during long tools), then the final answer
+as the events of its route's own format, or an error event if the loop failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+from starlette.types import Send
+
+from .dispatch import Reply
+from .surfaces import Surface
+
+_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # nginx and its kin: pass events on as they come
+]
+
+
+class EventStream:
+    """Writes one client's event stream: opened before the loop, closed with its reply."""
+
+    def __init__(
+        self, send: Send, surface: Surface, stream_options: Any, interval: float, gone: Callable[[], bool]
+    ) -> None:
+        self.send = send
+        self.surface = surface
+        self.stream_options = stream_options
+        self.interval = interval
+        self.gone = gone
+        self.pinger: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        await self.send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+        self.pinger = asyncio.ensure_future(self.keep_alive())
+
+    async def keep_alive(self) -> None:
+        keepalive = self.surface.keepalive()
+        while True:
+            await asyncio.sleep(self.interval)
+            if self.gone():
+                return
+            await self.send({"type": "http.response.body", "body": keepalive, "more_body": True})
+
+    async def stop_keep_alive(self) -> None:
+        if self.pinger is not None:
+            self.pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.pinger
+
+    async def close(self, reply: Reply | None) -> None:
+        """Write the reply as events, then end the stream."""
+        await self.stop_keep_alive()
+        for event in self.events(reply) if reply is not None else ():
+            await self.send({"type": "http.response.body", "body": event, "more_body": True})
+        await self.send({"type": "http.response.body", "body": b""})
+
+    def events(self, reply: Reply) -> Iterator[bytes]:
+        status = reply.start["status"]
+        try:
+            body = orjson.loads(reply.body)
+        except orjson.JSONDecodeError:
+            body = None
+        if 200 <= status < 300 and isinstance(body, dict):
+            return self.surface.stream_events(body, self.stream_options)
+        message, code = _error_of(body, reply.body, status)
+        return iter((self.surface.error_event(status if status >= 400 else 502, message, code),))
+
+
+def _error_of(body: Any, raw: bytes, status: int) -> tuple[str, str]:
+    """The message and code of an error answer in either route's shape, else its text."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"], str(error.get("code") or error.get("type") or "model_app_error")
+    if 200 <= status < 300:
+        return "the model app's answer was not a JSON object", "model_app_error"
+    return f"the model app answered {status}: {raw[:1000].decode(errors='replace')}", "model_app_error"

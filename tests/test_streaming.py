@@ -1,0 +1,233 @@
+"""Streaming clients get the loop too: the SDKs rebuild from the stream exactly what the JSON path returns."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import openai
+import orjson
+import pytest
+from conftest import anthropic_client, openai_client
+from starlette.responses import StreamingResponse
+from support import Route, ToolHook
+
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+from agentic_middleware.testing import ScriptedModel, chat_completion, message, tool_call, tool_use
+
+USAGE = {"input_tokens": 30, "output_tokens": 7, "cache_read_input_tokens": 4}
+CHAT_USAGE = {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37}
+
+
+@server_tool
+async def lookup(key: str) -> str:
+    return f"value of {key}"
+
+
+def messages_script() -> list[Any]:
+    return [
+        message("Checking.", tool_use("lookup", {"key": "k"}), usage=USAGE),
+        message(
+            {"type": "thinking", "thinking": "The value is known now.", "signature": "sig"},
+            "The value is known.",
+            tool_use("client_tool", {"x": [1, {"y": "é"}]}, id="toolu_client"),
+            usage=USAGE,
+        ),
+    ]
+
+
+def chat_script() -> list[Any]:
+    return [
+        chat_completion(tool_calls=[tool_call("lookup", {"key": "k"})], usage=CHAT_USAGE),
+        chat_completion(
+            "The value is known.", tool_calls=[tool_call("client_tool", {"x": 1}, id="call_client")], usage=CHAT_USAGE
+        ),
+    ]
+
+
+async def test_the_anthropic_sdk_rebuilds_from_the_stream_the_message_the_json_path_returns() -> None:
+    request: dict[str, Any] = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "go"}]}
+    plain_model, streamed_model = ScriptedModel(*messages_script()), ScriptedModel(*messages_script())
+    plain = await anthropic_client(AgenticLoopMiddleware(plain_model, hooks=[ServerTools([lookup])])).messages.create(
+        **request
+    )
+    client = anthropic_client(AgenticLoopMiddleware(streamed_model, hooks=[ServerTools([lookup])]))
+    async with client.messages.stream(**request) as stream:
+        final = await stream.get_final_message()
+
+    ignored = {"id"}  # each scripted answer has its own id
+    assert final.model_dump(exclude=ignored) == plain.model_dump(exclude=ignored)
+    assert [block.type for block in final.content] == ["thinking", "text", "tool_use"]
+    assert final.stop_reason == "tool_use"
+    assert final.usage.input_tokens == 60 and final.usage.output_tokens == 14  # summed over both calls
+    for sent in streamed_model.requests:
+        assert "stream" not in sent.body and "stream_options" not in sent.body
+
+
+async def test_the_openai_sdk_rebuilds_from_the_chunks_the_completion_the_json_path_returns() -> None:
+    request: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "go"}]}
+    plain = await openai_client(
+        AgenticLoopMiddleware(ScriptedModel(*chat_script()), hooks=[ServerTools([lookup])])
+    ).chat.completions.create(**request)
+    model = ScriptedModel(*chat_script())
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])]))
+    chunks = [
+        chunk
+        async for chunk in await client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
+    ]
+
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta_call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            call = calls.setdefault(delta_call.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] += delta_call.id or ""
+            call["name"] += delta_call.function.name or "" if delta_call.function else ""
+            call["arguments"] += delta_call.function.arguments or "" if delta_call.function else ""
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    usage = [c.usage for c in chunks if c.usage]
+
+    expected = plain.choices[0]
+    assert content == expected.message.content
+    expected_calls = expected.message.tool_calls or []
+    assert list(calls.values()) == [
+        {"id": call.id, "name": call.function.name, "arguments": call.function.arguments}  # type: ignore[union-attr]
+        for call in expected_calls
+    ]
+    assert finish == [expected.finish_reason] == ["tool_calls"]
+    assert usage == [plain.usage]
+    assert "stream" not in model.requests[0].body and "stream_options" not in model.requests[0].body
+
+
+def raw_exchange(app: Any, route: Route, body: dict[str, Any]) -> tuple[asyncio.Queue[Any], Any]:
+    raw = orjson.dumps(body)
+    incoming = [{"type": "http.request", "body": raw, "more_body": False}]
+    sent: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def receive() -> Any:
+        if incoming:
+            return incoming.pop()
+        await asyncio.Event().wait()
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": route.path,
+        "headers": [(b"content-type", b"application/json")],
+        "query_string": b"",
+    }
+    return sent, asyncio.create_task(app(scope, receive, sent.put))
+
+
+@pytest.mark.parametrize("route", [Route("messages"), Route("chat")], ids=["messages", "chat"])
+async def test_headers_go_out_at_once_and_keep_alives_flow_while_a_slow_tool_runs(route: Route) -> None:
+    release = asyncio.Event()
+
+    @server_tool
+    async def slow() -> str:
+        await release.wait()
+        return "done"
+
+    model = ScriptedModel(route.calls(("slow", {})), route.text("finished"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([slow])], stream_keepalive=0.02)
+    sent, task = raw_exchange(app, route, route.request(stream=True))
+
+    start = await asyncio.wait_for(sent.get(), 5)
+    assert start["status"] == 200 and (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
+    keepalive = b"event: ping" if route.name == "messages" else b": keep-alive"
+    pings = [await asyncio.wait_for(sent.get(), 5) for _ in range(3)]
+    assert all(p["body"].startswith(keepalive) and p["more_body"] for p in pings)
+    assert not task.done()
+    release.set()
+    await asyncio.wait_for(task, 5)
+    rest = []
+    while not sent.empty():
+        rest.append(sent.get_nowait())
+    stream = b"".join(m.get("body", b"") for m in rest)
+    assert b"finished" in stream
+    assert rest[-1] == {"type": "http.response.body", "body": b""}
+
+
+async def test_an_error_mid_loop_reaches_the_sdks_as_an_error_event() -> None:
+    class Failing(ToolHook):
+        agentic_loop_streaming = True
+
+        async def async_build_agentic_loop_plan(self, tools: dict[str, Any], **arguments: Any) -> Any:
+            raise RuntimeError("search index unavailable")
+
+        async_build_chat_completion_agentic_loop_plan = async_build_agentic_loop_plan
+
+    model = ScriptedModel(message(tool_use("lookup", {"k": 1})), chat_completion(tool_calls=[tool_call("lookup", {})]))
+    app = AgenticLoopMiddleware(model, hooks=[Failing()])
+
+    with pytest.raises(anthropic.APIStatusError, match="search index unavailable"):
+        async with anthropic_client(app).messages.stream(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "go"}]
+        ) as stream:
+            await stream.get_final_message()
+    with pytest.raises(openai.APIError, match="search index unavailable"):
+        async for _ in await openai_client(app).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}], stream=True
+        ):
+            pass
+
+
+async def test_an_error_answer_of_the_app_becomes_an_error_event_with_its_message() -> None:
+    from starlette.responses import JSONResponse
+
+    rate_limited = JSONResponse({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}, 429)
+    app = AgenticLoopMiddleware(ScriptedModel(rate_limited), hooks=[ServerTools([lookup])])
+    with pytest.raises(anthropic.APIStatusError, match="slow down"):
+        async with anthropic_client(app).messages.stream(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "go"}]
+        ) as stream:
+            await stream.get_final_message()
+
+
+@pytest.mark.parametrize("route", [Route("messages"), Route("chat")], ids=["messages", "chat"])
+async def test_streams_no_hook_asks_for_pass_through_byte_identical_and_unbuffered(route: Route) -> None:
+    release = asyncio.Event()
+
+    async def events() -> Any:
+        yield b"data: first\n\n"
+        await release.wait()
+        yield b"data: second\n\n"
+
+    class Choosy(ToolHook):
+        @staticmethod
+        def agentic_loop_streaming(request: dict[str, Any]) -> bool:
+            return bool(request.get("tools"))  # only streams that declare tools take part
+
+    model = ScriptedModel(lambda request: StreamingResponse(events(), media_type="text/event-stream"))
+    app = AgenticLoopMiddleware(model, hooks=[Choosy()])
+    body = route.request(stream=True, stream_options={"include_usage": True})
+    sent, task = raw_exchange(app, route, body)
+
+    start = await asyncio.wait_for(sent.get(), 5)
+    first = await asyncio.wait_for(sent.get(), 5)
+    assert start["status"] == 200 and first["body"] == b"data: first\n\n"
+    assert not task.done()
+    release.set()
+    await asyncio.wait_for(task, 5)
+    assert model.requests[0].body == body  # stream fields and all, as the client sent them
+
+
+async def test_the_middleware_can_turn_streaming_loops_off_or_on_for_every_hook() -> None:
+    route = Route("messages")
+    model = ScriptedModel(route.text("plain json"))
+    off = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming=False)
+    sent, task = raw_exchange(off, route, route.request(stream=True))
+    await asyncio.wait_for(task, 5)
+    assert (b"content-type", b"application/json") in sent.get_nowait()["headers"]  # passed through
+    assert model.requests[0].body["stream"] is True
+
+    hook = ToolHook()  # no `agentic_loop_streaming` of its own
+    model = ScriptedModel(route.calls(("lookup", {"k": 1})), route.text("looped"))
+    on = AgenticLoopMiddleware(model, hooks=[hook], streaming=True)
+    sent, task = raw_exchange(on, route, route.request(stream=True))
+    await asyncio.wait_for(task, 5)
+    assert len(model.requests) == 2
+    assert hook.plans[0]["stream"] is True  # hooks are told the client streams
