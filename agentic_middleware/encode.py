@@ -62,7 +62,7 @@ class BodyEncoder:
         if (
             self.bracket >= 0
             and len(messages) >= len(sent)
-            and all(new is old for new, old in zip(messages, sent, strict=False))
+            and messages[: len(sent)] == sent  # the same objects: list equality checks identity first
             and rest == self.rest
         ):
             tail = messages[len(sent) :]

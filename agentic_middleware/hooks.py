@@ -213,10 +213,11 @@ def as_plan(value: object, hook: BoundHook, method: str) -> AgenticLoopPlan:
 
 
 _Fields = TypeVar("_Fields", AgenticLoopPlan, AgenticLoopRequestPatch)
+_FIELD_NAMES = {kind: tuple(f.name for f in fields(kind)) for kind in (AgenticLoopPlan, AgenticLoopRequestPatch)}
 
 
 def _as_dataclass(kind: type[_Fields], value: object, hook: BoundHook, method: str, what: str) -> _Fields:
-    names = [f.name for f in fields(kind)]
+    names = _FIELD_NAMES[kind]
     if isinstance(value, kind):
         for name in ("optional_params", "kwargs", "metadata"):
             if name in names and getattr(value, name) is None:
