@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import httpx
 import httpx2
@@ -27,6 +29,24 @@ def openai_client(app: ASGIApp, **options: object) -> openai.AsyncOpenAI:
         max_retries=0,
         **options,  # type: ignore[arg-type]
     )
+
+
+def http_scope(path: str, body: bytes) -> dict[str, Any]:
+    """The scope a server gives a JSON POST, for tests that call the ASGI app with their own receive and send."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "scheme": "http",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "server": ("test", 80),
+        "client": ("test", 1),
+    }
 
 
 def http_client(app: ASGIApp) -> httpx.AsyncClient:

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import http_client
+from conftest import http_client, http_scope
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -21,23 +21,6 @@ from agentic_middleware.testing import RecordedRequest, ScriptedModel
 @pytest.fixture(params=["messages", "chat"])
 def route(request: pytest.FixtureRequest) -> Route:
     return Route(request.param)
-
-
-def scope_for(path: str, body: bytes) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "scheme": "http",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "server": ("test", 80),
-        "client": ("test", 1),
-    }
 
 
 class Client:
@@ -119,7 +102,7 @@ async def test_a_request_over_the_limit_passes_through_whole_without_hooks(
     app = AgenticLoopMiddleware(model, hooks=[hook], max_body_bytes=1000)
     raw = orjson.dumps(route.request("x" * 5000))
     client = Client(raw, chunks=7)
-    await app(scope_for(route.path, raw), client.receive, client.send)
+    await app(http_scope(route.path, raw), client.receive, client.send)
 
     assert model.requests[0].raw == raw  # never truncated
     assert route.tool_names(orjson.loads(client.body)) == ["lookup"]  # the app's answer, untouched
@@ -260,7 +243,7 @@ async def test_a_client_that_disconnects_mid_rerun_stops_the_loop_at_once(route:
     app = AgenticLoopMiddleware(model, hooks=[hook])
     raw = orjson.dumps(route.request())
     client = Client(raw)
-    task = asyncio.create_task(app(scope_for(route.path, raw), client.receive, client.send))
+    task = asyncio.create_task(app(http_scope(route.path, raw), client.receive, client.send))
     await asyncio.wait_for(rerun_started.wait(), 5)
     client.gone.set()
     await asyncio.wait_for(task, 5)
@@ -289,7 +272,7 @@ async def test_a_client_that_disconnects_while_tools_run_cancels_them(route: Rou
     app = AgenticLoopMiddleware(model, hooks=[ServerTools([slow_search])], on_round=records.append)
     raw = orjson.dumps(route.request())
     client = Client(raw)
-    task = asyncio.create_task(app(scope_for(route.path, raw), client.receive, client.send))
+    task = asyncio.create_task(app(http_scope(route.path, raw), client.receive, client.send))
     await asyncio.wait_for(started.wait(), 5)
     client.gone.set()
     await asyncio.wait_for(task, 5)
@@ -447,7 +430,7 @@ def test_any_exchange_gets_exactly_one_well_formed_response(
     client = Client(request_body, chunks=request_chunks)
     logging.disable(logging.CRITICAL)
     try:
-        asyncio.run(app(scope_for(route.path, request_body), client.receive, client.send))
+        asyncio.run(app(http_scope(route.path, request_body), client.receive, client.send))
     finally:
         logging.disable(logging.NOTSET)
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import orjson
 import uvicorn
+from conftest import http_scope
 from support import Route, ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware
@@ -76,14 +77,7 @@ async def test_10000_looped_requests_keep_memory_and_tasks_flat() -> None:
         async def send(message: Any) -> None:
             sent.append(message.get("body", b""))
 
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": route.path,
-            "headers": [(b"content-type", b"application/json")],
-            "query_string": b"",
-        }
-        await app(scope, receive, send)
+        await app(http_scope(route.path, raw), receive, send)
         return b"".join(sent)
 
     def measure() -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from asgi_lifespan import LifespanManager
-from conftest import anthropic_client, http_client
+from conftest import anthropic_client, http_client, http_scope
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -120,20 +120,7 @@ async def test_a_streaming_request_streams_through_chunk_by_chunk(route: Route) 
         await asyncio.Event().wait()  # the client stays connected
         raise AssertionError
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "path": route.path,
-        "raw_path": route.path.encode(),
-        "root_path": "",
-        "scheme": "http",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
-        "server": ("test", 80),
-        "client": ("test", 1),
-    }
+    scope = http_scope(route.path, raw)
     task = asyncio.create_task(app(scope, receive, received.put))
     start = await asyncio.wait_for(received.get(), 5)
     first = await asyncio.wait_for(received.get(), 5)

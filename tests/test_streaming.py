@@ -9,7 +9,7 @@ import anthropic
 import openai
 import orjson
 import pytest
-from conftest import anthropic_client, openai_client
+from conftest import anthropic_client, http_scope, openai_client
 from starlette.responses import StreamingResponse
 from support import Route, ToolHook
 
@@ -112,14 +112,7 @@ def raw_exchange(app: Any, route: Route, body: dict[str, Any]) -> tuple[asyncio.
             return incoming.pop()
         await asyncio.Event().wait()
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": route.path,
-        "headers": [(b"content-type", b"application/json")],
-        "query_string": b"",
-    }
-    return sent, asyncio.create_task(app(scope, receive, sent.put))
+    return sent, asyncio.create_task(app(http_scope(route.path, raw), receive, sent.put))
 
 
 @pytest.mark.parametrize("route", [Route("messages"), Route("chat")], ids=["messages", "chat"])
