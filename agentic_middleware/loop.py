@@ -17,10 +17,11 @@ from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any, NamedTuple
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start
 from .config import Settings, loop_limit
+from .disconnect import ClientWatch
 from .dispatch import Answer, Dispatcher, Reply
 from .encode import BodyEncoder
 from .errors import ConfigurationError, HookError, LoopError, LoopTimeout
@@ -102,10 +103,7 @@ class AgenticLoop:
         self.seen: set[tuple[tuple[str, bytes], ...]] = set()
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
-        self.guarded = False
-        self.cancelled_by_watcher = False
-        self.watcher: asyncio.Task[None] | None = None
-        self.disconnected: asyncio.Event | None = None
+        self.client = ClientWatch(receive)
         self.stop_reason = "finished"
         self.plan_stop_reason: str | None = None
         self.usages: list[Any] = []
@@ -117,7 +115,7 @@ class AgenticLoop:
         if streaming:
             self.dispatch.forward = False
             self.events = EventStream(
-                send, surface, stream_options, settings.stream_keepalive, lambda: self.client_gone
+                send, surface, stream_options, settings.stream_keepalive, lambda: self.client.gone
             )
 
     @property
@@ -153,15 +151,14 @@ class AgenticLoop:
                     raise  # the client already has the app's own answer under way
                 reply = self.error_reply(LoopError(f"internal error: {type(error).__name__}"), error)
             finally:
-                if self.watcher is not None:
-                    self.watcher.cancel()
+                self.client.stop()
                 if self.events is not None:
                     await self.events.stop_keep_alive()
                 await self.clean_up()
                 self.round.outcome = self.stop_reason
                 await self.observer.round_done(self.round)
                 set_attributes(span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason})
-            if self.client_gone:
+            if self.client.gone:
                 return
             if self.events is not None:
                 await self.events.close(reply)
@@ -169,56 +166,28 @@ class AgenticLoop:
                 await self.send(reply.start)
                 await self.send({"type": "http.response.body", "body": reply.body})
 
-    @property
-    def client_gone(self) -> bool:
-        return self.disconnected is not None and self.disconnected.is_set()
-
     async def answer(self, raw: bytes) -> Reply | None:
         """The loop within `loop_timeout`; a client that disconnects ends it at once, with no reply."""
         timeout = self.settings.loop_timeout
-        self.guarded = True
+        self.client.guarded = True
         try:
             if timeout is None:
                 return await self.looped(raw)
             async with asyncio.timeout(timeout):
                 return await self.looped(raw)
         except asyncio.CancelledError:
-            if self.cancelled_by_watcher and asyncio.current_task().uncancel() == 0:  # type: ignore[union-attr]
+            if self.client.absorb():
                 self.stop_reason = "client_disconnect"
                 return None
             raise
         except TimeoutError:
             raise LoopTimeout(f"the agentic loop took longer than loop_timeout={timeout:g} s") from None
         finally:
-            self.guarded = False
+            self.client.guarded = False
 
     async def looped(self, raw: bytes) -> Reply | None:
         answer = await self.rounds(raw)
         return None if answer is None else self.accounted(await self.unwind(answer))
-
-    def watch_client(self) -> None:
-        """From the first round a hook acts on, watch for the client leaving; the app hears of it from us."""
-        if self.watcher is None:
-            self.disconnected = asyncio.Event()
-            self.watcher = asyncio.ensure_future(self.wait_for_disconnect(asyncio.current_task()))
-            self.dispatch.receive = self.after_body
-
-    async def wait_for_disconnect(self, task: asyncio.Task[Any] | None) -> None:
-        """Cancel the loop when the client leaves. This runs only while the loop's task waits, so while
-        `guarded` is set the cancellation lands where the loop waits, inside `answer`, which absorbs it."""
-        while (await self.receive())["type"] != "http.disconnect":
-            pass
-        assert self.disconnected is not None
-        self.disconnected.set()
-        if self.guarded and task is not None:
-            self.cancelled_by_watcher = True
-            task.cancel()
-
-    async def after_body(self) -> Message:
-        """What the app receives after its body once we watch the client: a disconnect, when it comes."""
-        assert self.disconnected is not None
-        await self.disconnected.wait()
-        return {"type": "http.disconnect"}
 
     def accounted(self, answer: Answer) -> Reply:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
@@ -300,7 +269,9 @@ class AgenticLoop:
             claim = await self.ask_gate(hook, response, kwargs)
             if claim is None:
                 continue
-            self.watch_client()
+            if self.client.watcher is None:  # from the first round a hook acts on
+                self.client.start()
+                self.dispatch.receive = self.client.after_body
             self.round.tools = [str(self.surface.call_name(call)) for call in _claimed_calls(claim)]
             if fingerprint is None:
                 fingerprint = self.surface.fingerprint(response)
