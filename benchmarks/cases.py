@@ -1,4 +1,6 @@
-"""Cases 1 to 4 of issue 8, each returning its rows: the figure, its target, and the paired medians behind it."""
+"""Cases 1 to 4 of issue 8, each returning its rows: the figure, its target, and the paired medians behind it.
+
+Cases 5 and 6, which run servers in processes of their own, are in `e2e.py`."""
 
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ class Config:
     """How long to measure: the full run publishes figures, the quick one only proves the harness works."""
 
     quick: bool = False
+    litellm_python: str | None = None
+    """An interpreter that has LiteLLM, for case 6 when the one running the benchmark has not."""
 
     def pairs(self, full: int) -> int:
         return 5 if self.quick else full
@@ -57,7 +61,8 @@ class Config:
 
 @dataclass(frozen=True)
 class Row:
-    """One figure. `at_least` is for targets that are minimums (the throughput figures of cases 5 and 6)."""
+    """One figure. `at_least` is for targets that are minimums (the throughput figures of cases 5 and 6);
+    `unit` is "x" for ratios, else the unit of an absolute figure (MB, s); a `skipped` row says why in `measure`."""
 
     case: int
     name: str
@@ -66,6 +71,8 @@ class Row:
     target: float
     detail: str
     at_least: bool = False
+    unit: str = "x"
+    skipped: bool = False
 
     @property
     def passed(self) -> bool:
@@ -227,5 +234,4 @@ async def memory(config: Config) -> list[Row]:
 
 
 CASES: dict[int, Case] = {1: other_routes, 2: pass_through, 3: loop_cost, 4: memory}
-"""Cases 5 (end to end under uvicorn) and 6 (LiteLLM side by side) need the gateway example: each will be one
-more `Case` here, run in its own processes, whose rows use `at_least` for the throughput targets."""
+"""The in-process cases; `run.py` adds 5 (end to end under uvicorn) and 6 (LiteLLM side by side) from `e2e.py`."""

@@ -13,7 +13,15 @@ from .cases import Row
 
 def figure(row: Row) -> str:
     """Three decimals near the targets (1.031 must not print as 1.03), fewer for large multiples."""
+    if row.skipped:
+        return "-"
+    if row.unit != "x":
+        return f"{row.figure:.3g} {row.unit}"
     return f"{row.figure:.3f}x" if row.figure < 10 else f"{row.figure:.1f}x"
+
+
+def target(row: Row) -> str:
+    return f"{'≥' if row.at_least else '≤'} {row.target:g}{'x' if row.unit == 'x' else ' ' + row.unit}"
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -22,9 +30,9 @@ def table(rows: Sequence[Row]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for row in rows:
-        target = f"{'≥' if row.at_least else '≤'} {row.target:g}x"
-        result = "PASS" if row.passed else "MISS"
-        lines.append(f"| {row.case}. {row.name} | {row.measure} | {figure(row)} | {target} | {result} | {row.detail} |")
+        result = "SKIP" if row.skipped else "PASS" if row.passed else "MISS"
+        goal = "-" if row.skipped else target(row)
+        lines.append(f"| {row.case}. {row.name} | {row.measure} | {figure(row)} | {goal} | {result} | {row.detail} |")
     return "\n".join(lines)
 
 
@@ -46,27 +54,30 @@ def write_markdown(rows: Sequence[Row], path: Path, quick: bool) -> None:
 
 
 def write_chart(rows: Sequence[Row], path: Path) -> None:
-    """One bar per figure, as a share of its target, so that cases of different units fit one axis."""
+    """One bar per figure, as a share of its target, so that cases of different units fit one axis.
+
+    A figure whose target is a minimum is drawn as target / figure, so that on every bar shorter is better."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    labels = [f"{row.case}. {row.name}\n{row.measure}" for row in reversed(rows)]
-    shares = [row.figure / row.target for row in reversed(rows)]
-    colors = ["#2e7d32" if row.passed else "#c62828" for row in reversed(rows)]
-    chart, axes = pyplot.subplots(figsize=(9, 0.6 * len(rows) + 1.2))
+    shown = [row for row in reversed(rows) if not row.skipped]
+    labels = [f"{row.case}. {row.name}\n{row.measure}" for row in shown]
+    shares = [(row.target / max(row.figure, 1e-9)) if row.at_least else row.figure / row.target for row in shown]
+    colors = ["#2e7d32" if row.passed else "#c62828" for row in shown]
+    chart, axes = pyplot.subplots(figsize=(9, 0.6 * len(shown) + 1.2))
     bars = axes.barh(labels, shares, color=colors)
-    for bar, row in zip(bars, reversed(rows), strict=True):
+    for bar, row in zip(bars, shown, strict=True):
         axes.annotate(
-            f" {figure(row)} (target {'≥' if row.at_least else '≤'} {row.target:g}x)",
+            f" {figure(row)} (target {target(row)})",
             (bar.get_width(), bar.get_y() + bar.get_height() / 2),
             va="center",
             fontsize=8,
         )
     axes.axvline(1.0, color="black", linewidth=1, linestyle="--")
-    axes.set_xlabel("figure / target (the dashed line is the target)")
-    axes.set_xlim(0, max(1.5, max(shares) * 1.45))
+    axes.set_xlabel("figure / target, or target / figure for minimums (the dashed line is the target)")
+    axes.set_xlim(0, max([1.5, *(share * 1.45 for share in shares)]))
     axes.tick_params(axis="y", labelsize=8)
     chart.tight_layout()
     chart.savefig(path, dpi=110)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cases import CASES, Config, Row
+from . import cases, e2e
+from .cases import Case, Config, Row
 from .report import table, write_chart, write_markdown
 
 HERE = Path(__file__).parent
+CASES: dict[int, Case] = {**cases.CASES, **e2e.CASES}
 
 
 def main(argv: Sequence[str] | None = None) -> list[Row]:
@@ -25,10 +28,15 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument(
         "--case", type=int, action="append", choices=sorted(CASES), help="run only this case (repeatable)"
     )
+    parser.add_argument(
+        "--litellm-python",
+        default=os.environ.get("LITELLM_PYTHON"),
+        help="an interpreter that has LiteLLM, for case 6 when this one has not (default: $LITELLM_PYTHON)",
+    )
     args = parser.parse_args(argv)
     if importlib.util.find_spec("matplotlib") is None:
         parser.error("the chart needs matplotlib: pip install -e '.[bench]'")
-    config = Config(quick=args.quick)
+    config = Config(quick=args.quick, litellm_python=args.litellm_python)
     out: Path = args.out or (Path(tempfile.mkdtemp(prefix="benchmarks-")) if args.quick else HERE)
     rows: list[Row] = []
     for number in args.case or sorted(CASES):

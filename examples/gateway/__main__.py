@@ -11,8 +11,6 @@ import argparse
 import asyncio
 import sys
 
-import anthropic
-import openai
 import uvicorn
 
 from .app import CONFIG, UPSTREAM_VARIABLE, create_app, model_from_env
@@ -22,6 +20,9 @@ from .upstream import Upstream
 
 
 async def demo(config: str) -> None:
+    import anthropic  # here, not at the top: serving the gateway needs neither SDK (start-up time, memory)
+    import openai
+
     model = DemoModel()
     async with serving(create_app(config, model)) as url:
         print(f"Gateway on {url}: the scripted demo model behind the middleware, hooks from {config}\n")
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--config", default=str(CONFIG), help="YAML config (default: %(default)s)")
     parser.add_argument("--demo", action="store_true", help="run one request with each SDK, print them, exit")
+    parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
     args = parser.parse_args(argv)
     if args.demo:
         asyncio.run(demo(args.config))
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         f"upstream {model.base_url}" if isinstance(model, Upstream) else f"the demo model ({UPSTREAM_VARIABLE} unset)"
     )
     print(f"gateway on http://{args.host}:{args.port} in front of {behind}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port)
+    uvicorn.run(app, host=args.host, port=args.port, access_log=not args.no_access_log)
     return 0
 
 
