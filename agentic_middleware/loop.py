@@ -70,16 +70,25 @@ class Rerun(NamedTuple):
     kwargs: dict[str, Any]
 
 
+class LoopSetup:
+    """What every loop of one middleware shares, prepared once when the middleware is built."""
+
+    def __init__(self, app: ASGIApp, hooks: Sequence[BoundHook], settings: Settings, observer: Observer) -> None:
+        self.app = app
+        self.hooks = hooks
+        self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
+        self.settings = settings
+        self.observer = observer
+
+
 class AgenticLoop:
     """Holds one client request's state from its first dispatch to its one response."""
 
     def __init__(
         self,
-        app: ASGIApp,
-        hooks: Sequence[BoundHook],
-        settings: Settings,
-        observer: Observer,
+        setup: LoopSetup,
         surface: Surface,
+        provider: str,
         scope: Scope,
         receive: Receive,
         send: Send,
@@ -87,17 +96,19 @@ class AgenticLoop:
         stream_options: Any = None,
         streaming: bool = False,
     ) -> None:
-        self.hooks = hooks
+        settings = setup.settings
+        self.hooks = setup.hooks
+        self.request_hooks = setup.request_hooks
         self.settings = settings
-        self.observer = observer
+        self.observer = setup.observer
         self.surface = surface
+        self.provider = provider
         self.scope = scope
         self.receive = receive
         self.send = send
         self.body = body
-        self.dispatch = Dispatcher(app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
+        self.dispatch = Dispatcher(setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
         self.encoder = BodyEncoder()
-        self.provider = settings.provider(surface)
         self.limit = settings.max_agentic_loops
         self.depth = 0
         self.seen: set[tuple[tuple[str, bytes], ...]] = set()
@@ -154,10 +165,15 @@ class AgenticLoop:
                 self.client.stop()
                 if self.events is not None:
                     await self.events.stop_keep_alive()
-                await self.clean_up()
+                if self.executed:
+                    await self.clean_up()
                 self.round.outcome = self.stop_reason
-                await self.observer.round_done(self.round)
-                set_attributes(span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason})
+                if self.observer.wants(self.round):
+                    await self.observer.round_done(self.round)
+                if span is not None:
+                    set_attributes(
+                        span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason}
+                    )
             if self.client.gone:
                 return
             if self.events is not None:
@@ -172,9 +188,11 @@ class AgenticLoop:
         self.client.guarded = True
         try:
             if timeout is None:
-                return await self.looped(raw)
-            async with asyncio.timeout(timeout):
-                return await self.looped(raw)
+                answer = await self.rounds(raw)
+            else:
+                async with asyncio.timeout(timeout):
+                    answer = await self.rounds(raw)
+            return None if answer is None else self.accounted(await self.unwind(answer))
         except asyncio.CancelledError:
             if self.client.absorb():
                 self.stop_reason = "client_disconnect"
@@ -184,10 +202,6 @@ class AgenticLoop:
             raise LoopTimeout(f"the agentic loop took longer than loop_timeout={timeout:g} s") from None
         finally:
             self.client.guarded = False
-
-    async def looped(self, raw: bytes) -> Reply | None:
-        answer = await self.rounds(raw)
-        return None if answer is None else self.accounted(await self.unwind(answer))
 
     def accounted(self, answer: Answer) -> Reply:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
@@ -208,7 +222,9 @@ class AgenticLoop:
 
     async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
-        raw = await self.prepared(raw)
+        if self.request_hooks:
+            raw = await self.prepared(raw)
+        self.first_body = self.body
         answer = await self.call_app(raw)
         if answer is None:
             return None
@@ -221,7 +237,8 @@ class AgenticLoop:
             self.body = self.patched(step)
             self.round.outcome = "rerun"
             self.round.hook = step.hook.name
-            await self.observer.round_done(self.round)
+            if self.observer.wants(self.round):
+                await self.observer.round_done(self.round)
             if self.depth == 0:
                 self.encoder.remember(self.first_body, raw)
             self.depth += 1
@@ -241,9 +258,7 @@ class AgenticLoop:
     async def prepared(self, raw: bytes) -> bytes:
         """The first request body after every request hook had its say, in hook order."""
         changed_by = None
-        for hook in self.hooks:
-            if hook.methods[REQUEST_HOOK] is None:
-                continue
+        for hook in self.request_hooks:
             body = await self.call_hook(
                 hook, REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
             )
@@ -253,7 +268,6 @@ class AgenticLoop:
                 raise HookError(hook.name, REQUEST_HOOK, f"returned {type(body).__name__}, not a request body")
             self.body = {name: value for name, value in body.items() if not is_internal_field(name)}
             changed_by = hook
-        self.first_body = self.body
         if changed_by is None:
             return raw
         try:
@@ -433,41 +447,43 @@ class AgenticLoop:
             raise LoopError(str(error)) from None
 
     async def call_app(self, body: bytes) -> Answer | None:
+        """One internal call of the model app, traced when tracing is on."""
+        if self.observer.tracer is None:
+            return await self.dispatched(body)
+        model = self.body.get("model")
+        with self.observer.span(
+            f"chat {model}",
+            **{
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": model,
+                "agentic_loop.depth": self.depth,
+            },
+        ) as span:
+            answer = await self.dispatched(body)
+            set_attributes(span, **self.surface.token_attributes(self.round.usage))
+            return answer
+
+    async def dispatched(self, body: bytes) -> Answer | None:
         """One internal call of the model app, timed into the round; None when the client got its answer."""
         started = perf_counter()
-        model = self.body.get("model")
-        with (
-            _NO_SPAN
-            if self.observer.tracer is None
-            else self.observer.span(
-                f"chat {model}",
-                **{
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.provider.name": self.provider,
-                    "gen_ai.request.model": model,
-                    "agentic_loop.depth": self.depth,
-                },
-            )
-        ) as span:
-            try:
-                answer = await self.dispatch(body, self.loop_headers("app_answer") if self.depth else [])
-            finally:
-                self.round.app_seconds += perf_counter() - started
-            if answer is None:
-                if self.dispatch.oversize:
-                    self.logging_obj.logger.warning(
-                        "model answer over max_body_bytes=%d: passed through without hooks",
-                        self.settings.max_body_bytes,
-                    )
-                return None
-            if self.observer.log_bodies:
-                log = self.logging_obj.logger
-                log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
-                log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
-            usage = answer.data.get("usage") if answer.data is not None else None
-            self.usages.append(usage)
-            self.round.usage = usage
-            set_attributes(span, **self.surface.token_attributes(usage))
+        try:
+            answer = await self.dispatch(body, self.loop_headers("app_answer") if self.depth else [])
+        finally:
+            self.round.app_seconds += perf_counter() - started
+        if answer is None:
+            if self.dispatch.oversize:
+                self.logging_obj.logger.warning(
+                    "model answer over max_body_bytes=%d: passed through without hooks", self.settings.max_body_bytes
+                )
+            return None
+        if self.observer.log_bodies:
+            log = self.logging_obj.logger
+            log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
+            log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
+        usage = answer.data.get("usage") if answer.data is not None else None
+        self.usages.append(usage)
+        self.round.usage = usage
         return answer
 
     async def clean_up(self) -> None:
@@ -496,17 +512,15 @@ class AgenticLoop:
         started = perf_counter()
         timeout = self.settings.hook_timeout
         try:
-            with (
-                _NO_SPAN
-                if self.observer.tracer is None
-                else self.observer.span(
-                    f"agentic_hook {method}", **{"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
-                )
-            ):
-                if timeout is None:
-                    return await hook.call(method, **arguments)
-                async with asyncio.timeout(timeout):
-                    return await hook.call(method, **arguments)
+            if self.observer.tracer is not None:
+                attributes = {"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
+                with self.observer.span(f"agentic_hook {method}", **attributes):
+                    async with asyncio.timeout(timeout):
+                        return await hook.call(method, **arguments)
+            if timeout is None:
+                return await hook.call(method, **arguments)
+            async with asyncio.timeout(timeout):
+                return await hook.call(method, **arguments)
         except TimeoutError:
             raise HookError(hook.name, method, f"timed out after hook_timeout={timeout:g} s") from None
         finally:

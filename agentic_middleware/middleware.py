@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .asgi import json_start, read_body, replay, scope_with_body_length
 from .config import Settings, load_config, merged, resolve_hooks
 from .hooks import BoundHook
-from .loop import AgenticLoop, is_internal_field
+from .loop import AgenticLoop, LoopSetup, is_internal_field
 from .observe import Observer, RoundCallback
 
 logger = logging.getLogger("agentic_middleware")
@@ -69,8 +69,14 @@ class AgenticLoopMiddleware:
             stream_keepalive=stream_keepalive,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
-        self.observer = Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies)
+        self.setup = LoopSetup(
+            app,
+            self.hooks,
+            self.settings,
+            Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies),
+        )
         self.routes = self.settings.surface_routes()
+        self.providers = {surface.name: self.settings.provider(surface) for surface in self.routes.values()}
         # Which streaming requests take part: all, none, or those a hook asks for (`agentic_loop_streaming`).
         self.stream_wishes: list[Callable[[dict[str, Any]], Any]] = []
         if self.settings.streaming is None:
@@ -124,11 +130,9 @@ class AgenticLoopMiddleware:
                     raw = orjson.dumps(body)
                     scope = scope_with_body_length(scope, len(raw))
                 loop = AgenticLoop(
-                    self.app,
-                    self.hooks,
-                    self.settings,
-                    self.observer,
+                    self.setup,
                     surface,
+                    self.providers[surface.name],
                     scope,
                     receive,
                     send,

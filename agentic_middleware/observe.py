@@ -48,6 +48,13 @@ RoundCallback = Callable[[RoundRecord], Any]
 _WARNINGS = frozenset(("limit", "repeated_tool_calls", "hook_error", "app_error", "timeout"))
 
 
+def _level(record: RoundRecord) -> int:
+    """A request no hook acted on logs at DEBUG, a stop that is not a finish at WARNING, the rest at INFO."""
+    if record.outcome in _WARNINGS:
+        return logging.WARNING
+    return logging.DEBUG if record.outcome == "finished" and record.depth == 0 else logging.INFO
+
+
 def sum_usage(usages: Sequence[Any]) -> Any:
     """The usage of every call added up: numbers are summed (nested counters too), anything else is the last call's."""
     dicts = [usage for usage in usages if isinstance(usage, Mapping)]
@@ -73,10 +80,12 @@ class Observer:
         self.log_bodies = log_bodies
         self.tracer = _tracer() if tracing else None
 
+    def wants(self, record: RoundRecord) -> bool:
+        """Whether anyone would see this round: the callback, or the log at the round's level."""
+        return self.on_round is not None or logger.isEnabledFor(_level(record))
+
     async def round_done(self, record: RoundRecord) -> None:
-        level = logging.DEBUG if record.outcome == "finished" and record.depth == 0 else logging.INFO
-        if record.outcome in _WARNINGS:
-            level = logging.WARNING
+        level = _level(record)
         if logger.isEnabledFor(level):
             logger.log(
                 level,

@@ -12,7 +12,9 @@ class JSONObject(dict[str, Any]):
     """A JSON object that also answers attribute access, as the SDKs' typed objects do.
 
     It is a real `dict`, so `isinstance(b, dict)` and `b.get(...)` keep working;
-    an absent field read as an attribute is None, like an unset SDK field.
+    an absent field read as an attribute is None, like an unset SDK field. Nested
+    objects become `JSONObject`s when first read (by attribute, item or `get`), so
+    a response is not walked whole when hooks read only a few of its fields.
     """
 
     __slots__ = ()
@@ -21,6 +23,19 @@ class JSONObject(dict[str, Any]):
         if name.startswith("__"):
             raise AttributeError(name)
         return self.get(name)
+
+    def __getitem__(self, key: str) -> Any:
+        value = dict.__getitem__(self, key)
+        if type(value) in _PLAIN:
+            value = wrap(value)
+            dict.__setitem__(self, key, value)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
@@ -32,15 +47,19 @@ class JSONObject(dict[str, Any]):
             raise AttributeError(name) from None
 
 
-_CONTAINERS = (dict, list)
+_PLAIN = (dict, list)
 
 
 def wrap(value: Any) -> Any:
-    """Turn every dict of a parsed JSON value into a `JSONObject`, leaving lists as lists."""
-    if type(value) is dict:
-        return JSONObject({k: wrap(v) if type(v) in _CONTAINERS else v for k, v in value.items()})
-    if type(value) is list:
-        return [wrap(v) if type(v) in _CONTAINERS else v for v in value]
+    """A parsed JSON value whose objects answer attribute access: the top one now, nested ones when read.
+
+    Lists stay real lists; the objects in them are wrapped (one level) as the list is.
+    """
+    kind = type(value)
+    if kind is dict:
+        return JSONObject(value)
+    if kind is list:
+        return [wrap(item) if type(item) in _PLAIN else item for item in value]
     return value
 
 
