@@ -223,7 +223,7 @@ def _as_dataclass(kind: type[_Fields], value: object, hook: BoundHook, method: s
             if name in names and getattr(value, name) is None:
                 setattr(value, name, {})
         return value
-    if isinstance(value, Mapping):
+    if isinstance(value, dict | Mapping):
         unknown = sorted(set(value) - set(names))
         if unknown:
             raise HookError(hook.name, method, f"returned {what} with unknown fields {unknown}")
@@ -247,8 +247,8 @@ def check_patch(patch: AgenticLoopRequestPatch | None, hook: BoundHook, method: 
         "messages": list,
         "tools": list,
         "max_tokens": int,
-        "optional_params": Mapping,
-        "kwargs": Mapping,
+        "optional_params": (dict, Mapping),  # a dict is checked first: ABC checks are slow
+        "kwargs": (dict, Mapping),
     }
     for name, kind in expected.items():
         value = getattr(patch, name)

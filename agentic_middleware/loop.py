@@ -56,7 +56,7 @@ def is_internal_field(name: str) -> bool:
 
 
 def _claimed_calls(claim: Any) -> list[dict[str, Any]]:
-    calls = claim.get("tool_calls") if isinstance(claim, Mapping) else None
+    calls = claim.get("tool_calls") if isinstance(claim, dict | Mapping) else None
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list | tuple) else []
 
 
@@ -207,7 +207,7 @@ class AgenticLoop:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
         if self.depth == 0 and self.stop_reason == "finished":
             return answer.reply()  # no hook acted: the app's own bytes and headers
-        if self.depth and self.settings.sum_usage and isinstance(answer.data, Mapping):
+        if self.depth and self.settings.sum_usage and isinstance(answer.data, dict | Mapping):
             answer = answer.replaced(JSONObject(answer.data, usage=sum_usage(self.usages)))
         return answer.reply(self.loop_headers())
 
