@@ -17,12 +17,10 @@ import orjson
 
 from agentic_middleware import AgenticLoopMiddleware
 
+from .e2e_hooks import TOOLS, Lookup
 from .fixtures import (
-    TOOLS,
     HandWritten,
-    Lookup,
     NoOp,
-    NotMine,
     ScriptedAnswers,
     health_app,
     loop_answers,
@@ -119,7 +117,7 @@ async def pass_through(config: Config) -> list[Row]:
     )
     answer = orjson.dumps(one_kb_answer())
     bare = ScriptedAnswers(answer)
-    wrapped = AgenticLoopMiddleware(bare, hooks=[NotMine()])
+    wrapped = AgenticLoopMiddleware(bare, hooks=[Lookup()])
     call = prepare("POST", "/v1/messages", request)
     await wrapped(call.scope, call.receive, call.send)
     if call.body != answer:
@@ -128,7 +126,7 @@ async def pass_through(config: Config) -> list[Row]:
         {
             "bare": asgi_sample(bare, "POST", "/v1/messages", request, config.batch),
             "wrapped": asgi_sample(wrapped, "POST", "/v1/messages", request, config.batch),
-            "hand-written": asgi_sample(HandWritten(bare, NotMine()), "POST", "/v1/messages", request, config.batch),
+            "hand-written": asgi_sample(HandWritten(bare, Lookup()), "POST", "/v1/messages", request, config.batch),
             "floor": sync_sample(lambda: (orjson.loads(request), orjson.loads(answer)), config.batch),
         },
         config.pairs(2000),

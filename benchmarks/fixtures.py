@@ -1,4 +1,7 @@
-"""The apps, hooks and bodies the cases run: a zero-latency model, a gate that says no, a looping hook."""
+"""The apps and bodies the cases run: a zero-latency model, a hand-written middleware to compare with, histories.
+
+The hook is `e2e_hooks.Lookup`, the one every case uses: its gate says no to an answer without `lookup` calls.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +17,9 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentic_middleware import AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from agentic_middleware.testing import message, tool_use
 
-TOOL = "lookup"
-TOOLS = [{"name": TOOL, "description": "Look a thing up.", "input_schema": {"type": "object"}}]
+from .e2e_hooks import TOOL, TOOLS, Lookup
 
 
 class ScriptedAnswers:
@@ -77,48 +78,10 @@ class NoOp:
         await self.app(scope, receive, send)
 
 
-class NotMine(CustomLogger):
-    """A hook whose gate reads the answer and says no: the cost of every answer that is not a server tool call."""
-
-    async def async_should_run_agentic_loop(
-        self,
-        response: Any,
-        model: str,
-        messages: list[Any],
-        tools: list[Any] | None,
-        stream: bool,
-        custom_llm_provider: str,
-        kwargs: dict[str, Any],
-    ) -> tuple[bool, dict[str, Any]]:
-        calls = [b for b in response.get("content") or () if b.get("type") == "tool_use" and b.get("name") == TOOL]
-        return (True, {"tool_calls": calls}) if calls else (False, {})
-
-
-class Lookup(NotMine):
-    """The README's hook: it claims `lookup` calls and appends a small tool_result to the history."""
-
-    async def async_build_agentic_loop_plan(
-        self,
-        tools: dict[str, Any],
-        model: str,
-        messages: list[Any],
-        response: Any,
-        anthropic_messages_provider_config: Any,
-        anthropic_messages_optional_request_params: dict[str, Any],
-        logging_obj: Any,
-        stream: bool,
-        kwargs: dict[str, Any],
-    ) -> AgenticLoopPlan:
-        calls = tools["tool_calls"]
-        results = [{"type": "tool_result", "tool_use_id": c.id, "content": "42 results"} for c in calls]
-        follow_up = [*messages, {"role": "assistant", "content": calls}, {"role": "user", "content": results}]
-        return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=follow_up))
-
-
 class HandWritten(BaseHTTPMiddleware):
     """What one writes without this package: parse the request, read and parse the answer, ask the gate, rebuild."""
 
-    def __init__(self, app: ASGIApp, hook: NotMine) -> None:
+    def __init__(self, app: ASGIApp, hook: Lookup) -> None:
         super().__init__(app)
         self.hook = hook
 
