@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import math
 import os
 import re
 import sys
@@ -68,7 +69,7 @@ class Settings:
         for name in ("app_timeout", "hook_timeout", "loop_timeout", "stream_keepalive"):
             value = getattr(self, name)
             if (value is not None or name == "stream_keepalive") and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+                isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf
             ):
                 raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
         for name in ("sum_usage", "log_bodies", "tracing", "error_details"):
@@ -190,7 +191,7 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
         raise ConfigurationError(f"{file}: the top level must be a mapping, got {type(document).__name__}")
     section = _mapping(document.get(SECTION) or {}, SECTION, file)
     known = {f.name for f in fields(Settings)}
-    unknown = sorted(set(section) - known)
+    unknown = sorted(map(str, set(section) - known))
     if unknown:
         raise ConfigurationError(
             f"{file}: unknown option {', '.join(map(repr, unknown))} in {SECTION} (known: {', '.join(sorted(known))})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -70,7 +70,17 @@ class Dispatcher:
         self.timeout = timeout
         self.forwarded = False
         self.oversize = False
+        self.on_forward: Callable[[], object] | None = None  # told when an answer starts going to the client
+        self.timer: asyncio.Timeout | None = None
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
+
+    def forwarding(self) -> None:
+        """An answer starts going to the client: no error reply may follow, and no timeout of ours cuts it."""
+        self.forwarded = True
+        if self.timer is not None:
+            self.timer.reschedule(None)
+        if self.on_forward is not None:
+            self.on_forward()
 
     async def __call__(self, body: bytes, forward_headers: Headers) -> Answer | None:
         """One call; None when its answer was not a readable JSON body and went to the client as the app sent it.
@@ -78,17 +88,16 @@ class Dispatcher:
         An answer kept though not readable (while streaming) has no `data`, which ends the loop.
         """
         scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
-        capture = ResponseCapture(self.send, forward_headers, self.limit, forward=self.forward)
-        timeout = None
+        capture = ResponseCapture(self.send, forward_headers, self.limit, self.forwarding, forward=self.forward)
+        self.timer = None
         try:
             if self.timeout is None:
                 await self.app(scope, replay(body, self.receive), capture.send)
             else:
-                async with asyncio.timeout(self.timeout) as timeout:
-                    capture.on_forward = lambda: timeout.reschedule(None)  # a streamed answer is the client's
+                async with asyncio.timeout(self.timeout) as self.timer:
                     await self.app(scope, replay(body, self.receive), capture.send)
         except TimeoutError:
-            if timeout is None or not timeout.expired():
+            if self.timer is None or not self.timer.expired():
                 raise ModelAppError("the model app failed: TimeoutError") from None
             raise ModelAppTimeout(f"the model app did not answer within app_timeout={self.timeout:g} s") from None
         except Exception as error:
@@ -96,7 +105,6 @@ class Dispatcher:
                 raise  # the client already has the app's own answer under way
             raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
         if capture.forwarded:
-            self.forwarded = True
             self.oversize = capture.oversize
             return None
         if capture.oversize:

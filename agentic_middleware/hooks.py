@@ -7,6 +7,7 @@ plan or patch may be ours, LiteLLM's pydantic model, or a plain dict.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -201,6 +202,11 @@ class BoundHook:
                 result = await result
         except Exception as error:
             raise HookError(self.name, method, f"{type(error).__name__}: {error}") from error
+        except asyncio.CancelledError as error:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # a real cancellation of the request: let it through
+            raise HookError(self.name, method, "CancelledError raised inside the hook") from error
         return result
 
 

@@ -35,7 +35,7 @@ from .observe import (
     set_attributes,
     sum_usage,
 )
-from .payload import JSONObject, wrap
+from .payload import JSONObject, parse_object, wrap
 from .stream import EventStream
 from .surfaces import Surface, claims_of
 
@@ -108,6 +108,7 @@ class AgenticLoop:
         self.send = send
         self.body = body
         self.dispatch = Dispatcher(setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
+        self.dispatch.on_forward = self.forwarding
         self.encoder = BodyEncoder()
         self.limit = settings.max_agentic_loops
         self.depth = 0
@@ -115,6 +116,7 @@ class AgenticLoop:
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
         self.client = ClientWatch(receive)
+        self.deadline: asyncio.Timeout | None = None
         self.stop_reason = "finished"
         self.plan_stop_reason: str | None = None
         self.usages: list[Any] = []
@@ -154,13 +156,14 @@ class AgenticLoop:
             try:
                 if self.events is not None:
                     await self.events.open()
+                    self.watch_client()  # the stream has begun: nothing else will hear of a disconnect
                 reply = await self.answer(raw)
-            except LoopError as error:
-                reply = self.error_reply(error, error)
             except Exception as error:
                 if self.dispatch.forwarded:
-                    raise  # the client already has the app's own answer under way
-                reply = self.error_reply(LoopError(f"internal error: {type(error).__name__}"), error)
+                    raise  # the client already has the app's own answer under way: it cannot get another
+                if not isinstance(error, LoopError):
+                    error = LoopError(f"internal error: {type(error).__name__}")
+                reply = self.error_reply(error, error.__cause__ or error)
             finally:
                 self.client.stop()
                 if self.events is not None:
@@ -183,16 +186,18 @@ class AgenticLoop:
                 await self.send({"type": "http.response.body", "body": reply.body})
 
     async def answer(self, raw: bytes) -> Reply | None:
-        """The loop within `loop_timeout`; a client that disconnects ends it at once, with no reply."""
+        """The loop within `loop_timeout`, then the post and cleanup hooks (which a disconnect does not cut short).
+
+        A client that disconnects during the loop ends it at once, with no reply.
+        """
         timeout = self.settings.loop_timeout
         self.client.guarded = True
         try:
             if timeout is None:
                 answer = await self.rounds(raw)
             else:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(timeout) as self.deadline:
                     answer = await self.rounds(raw)
-            return None if answer is None else self.accounted(await self.unwind(answer))
         except asyncio.CancelledError:
             if self.client.absorb():
                 self.stop_reason = "client_disconnect"
@@ -202,13 +207,27 @@ class AgenticLoop:
             raise LoopTimeout(f"the agentic loop took longer than loop_timeout={timeout:g} s") from None
         finally:
             self.client.guarded = False
+        return None if answer is None else self.accounted(await self.unwind(answer))
+
+    def watch_client(self) -> None:
+        """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""
+        if self.client.watcher is None:
+            self.client.start()
+            self.dispatch.receive = self.client.after_body
+
+    def forwarding(self) -> None:
+        """An answer is going to the client as the app sends it: it is the client's to wait for, no longer ours."""
+        if self.deadline is not None:
+            self.deadline.reschedule(None)
 
     def accounted(self, answer: Answer) -> Reply:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
         if self.depth == 0 and self.stop_reason == "finished":
             return answer.reply()  # no hook acted: the app's own bytes and headers
         if self.depth and self.settings.sum_usage and isinstance(answer.data, dict | Mapping):
-            answer = answer.replaced(JSONObject(answer.data, usage=sum_usage(self.usages)))
+            # From the bytes unless a hook rewrote them on purpose: a gate's edits of its `response` are not sent.
+            data = answer.data if answer.rewritten else parse_object(answer.raw) or answer.data
+            answer = answer.replaced(JSONObject(data, usage=sum_usage(self.usages)))
         return answer.reply(self.loop_headers())
 
     def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:
@@ -224,7 +243,6 @@ class AgenticLoop:
         """The loop itself; None when an answer already went to the client as the app sent it."""
         if self.request_hooks:
             raw = await self.prepared(raw)
-        self.first_body = self.body
         answer = await self.call_app(raw)
         if answer is None:
             return None
@@ -239,8 +257,6 @@ class AgenticLoop:
             self.round.hook = step.hook.name
             if self.observer.wants(self.round):
                 await self.observer.round_done(self.round)
-            if self.depth == 0:
-                self.encoder.remember(self.first_body, raw)
             self.depth += 1
             self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
             try:
@@ -283,9 +299,7 @@ class AgenticLoop:
             claim = await self.ask_gate(hook, response, kwargs)
             if claim is None:
                 continue
-            if self.client.watcher is None:  # from the first round a hook acts on
-                self.client.start()
-                self.dispatch.receive = self.client.after_body
+            self.watch_client()
             self.round.tools = [str(self.surface.call_name(call)) for call in _claimed_calls(claim)]
             if fingerprint is None:
                 fingerprint = self.surface.fingerprint(response)

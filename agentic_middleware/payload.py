@@ -37,6 +37,22 @@ class JSONObject(dict[str, Any]):
         except KeyError:
             return default
 
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            dict.__setitem__(self, key, default)
+        return self[key]
+
+    def copy(self) -> JSONObject:
+        return JSONObject(self)
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        """A plain deep copy, for code written for the SDKs' pydantic objects (`hasattr(r, "model_dump")`)."""
+        value: dict[str, Any] = orjson.loads(orjson.dumps(self))
+        return value
+
+    def model_dump_json(self, **_: Any) -> str:
+        return orjson.dumps(self).decode()
+
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
 

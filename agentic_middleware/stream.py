@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
-from starlette.types import Send
+from starlette.types import Message, Send
 
 from .dispatch import Reply
 from .surfaces import Surface
+
+logger = logging.getLogger("agentic_middleware")
 
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -59,12 +62,19 @@ class EventStream:
     async def close(self, reply: Reply | None) -> None:
         """Write the reply as events, then end the stream."""
         await self.stop_keep_alive()
-        for event in self.events(reply) if reply is not None else ():
+        try:
+            events = list(self.events(reply)) if reply is not None else []
+        except Exception as error:  # an answer of a shape the events cannot carry: say so, in the stream
+            logger.exception("could not write the answer as a stream")
+            events = [self.surface.error_event(502, f"the answer could not be streamed: {error}", "model_app_error")]
+        for event in events:
             await self.send({"type": "http.response.body", "body": event, "more_body": True})
         await self.send({"type": "http.response.body", "body": b""})
 
     def events(self, reply: Reply) -> Iterator[bytes]:
         status = reply.start["status"]
+        if 200 <= status < 300 and _is_event_stream(reply.start):
+            return iter((reply.body,))  # the app streamed anyway: its events, as it sent them
         try:
             body = orjson.loads(reply.body)
         except orjson.JSONDecodeError:
@@ -73,6 +83,13 @@ class EventStream:
             return self.surface.stream_events(body, self.stream_options)
         message, code = _error_of(body, reply.body, status)
         return iter((self.surface.error_event(status if status >= 400 else 502, message, code),))
+
+
+def _is_event_stream(start: Message) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.lower().startswith(b"text/event-stream")
+        for name, value in start.get("headers", ())
+    )
 
 
 def _error_of(body: Any, raw: bytes, status: int) -> tuple[str, str]:
