@@ -200,3 +200,9 @@ def test_settings_from_load_config_are_what_the_middleware_uses(tmp_path: Path) 
     settings = load_config(config)
     assert isinstance(settings, Settings)
     assert AgenticLoopMiddleware(ScriptedModel(), config=settings).settings == settings
+
+
+def test_a_timeout_that_is_not_a_finite_positive_number_fails_at_start(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "agentic_middleware: {app_timeout: .nan}\n")
+    with pytest.raises(ConfigurationError, match="app_timeout must be a number of seconds above 0"):
+        load_config(config)

@@ -440,3 +440,70 @@ def test_any_exchange_gets_exactly_one_well_formed_response(
     if lengths:
         assert int(lengths[0]) == len(client.body)
     assert client.sent[-1]["type"] == "http.response.body" and not client.sent[-1].get("more_body", False)
+
+
+async def test_an_app_that_fails_mid_answer_gives_the_client_one_response_start(route: Route) -> None:
+    async def half_then_crash(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"overloaded, part 1", "more_body": True})
+        raise RuntimeError("connection reset")
+
+    raw = orjson.dumps(route.request())
+    client = Client(raw)
+    with pytest.raises(RuntimeError, match="connection reset"):  # re-raised for the server to log and close
+        await AgenticLoopMiddleware(half_then_crash, hooks=[ToolHook()])(
+            http_scope(route.path, raw), client.receive, client.send
+        )
+    assert [start["status"] for start in client.starts] == [503]
+
+
+async def test_the_loop_timeout_does_not_cut_an_answer_already_going_to_the_client(route: Route) -> None:
+    async def events() -> Any:
+        yield b"data: part 1\n\n"
+        await asyncio.sleep(0.2)
+        yield b"data: part 2\n\n"
+
+    model = ScriptedModel(lambda request: StreamingResponse(events(), media_type="text/event-stream"))
+    raw = orjson.dumps(route.request())
+    client = Client(raw)
+    app = AgenticLoopMiddleware(model, hooks=[ToolHook()], loop_timeout=0.05, app_timeout=0.05)
+    await app(http_scope(route.path, raw), client.receive, client.send)
+    assert len(client.starts) == 1
+    assert client.body == b"data: part 1\n\ndata: part 2\n\n"
+
+
+async def test_a_gates_scribbles_on_the_final_answer_are_not_sent_after_reruns(route: Route) -> None:
+    class Scribbler(ToolHook):
+        async def async_should_run_agentic_loop(self, response: Any, **arguments: Any) -> Any:
+            verdict = await super().async_should_run_agentic_loop(response=response, **arguments)
+            response["scribbled"] = True
+            return verdict
+
+    model = ScriptedModel(route.calls(("lookup", {"n": 1})), route.text("final answer"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Scribbler()])) as client:
+        response = await post(client, route, route.request())
+    assert route.final_text(response.json()) == "final answer"
+    assert "scribbled" not in response.json()
+
+
+async def test_cleanup_hooks_run_to_the_end_even_if_the_client_leaves_meanwhile(route: Route) -> None:
+    steps: list[str] = []
+
+    class SlowCleanup(ToolHook):
+        async def async_agentic_loop_cleanup_hook(self, plan: Any, kwargs: Any) -> None:
+            steps.append("started")
+            await asyncio.sleep(0.1)
+            steps.append("finished")
+
+    model = ScriptedModel(route.calls(("lookup", {"n": 1})), route.text("done"))
+    raw = orjson.dumps(route.request())
+    client = Client(raw)
+    task = asyncio.create_task(
+        AgenticLoopMiddleware(model, hooks=[SlowCleanup()])(http_scope(route.path, raw), client.receive, client.send)
+    )
+    while not steps:
+        await asyncio.sleep(0.01)
+    client.gone.set()
+    await asyncio.wait_for(task, 5)
+    assert steps == ["started", "finished"]

@@ -169,3 +169,15 @@ async def test_kwargs_name_the_api_surface_as_litellm_does(route: Route) -> None
         await post(client, route, route.request())
     expected = "anthropic_messages" if route.name == "messages" else "chat_completions"
     assert hook.gates[0]["kwargs"]["_agentic_loop_api_surface"] == expected
+
+
+def test_a_json_object_serves_code_written_for_pydantic_responses() -> None:
+    from agentic_middleware.payload import parse_object
+
+    response = parse_object(b'{"choices": [{"message": {"content": "hi"}}], "usage": {"total_tokens": 3}}')
+    assert response is not None
+    dumped = response.model_dump() if hasattr(response, "model_dump") else response
+    assert dumped == {"choices": [{"message": {"content": "hi"}}], "usage": {"total_tokens": 3}}
+    assert type(dumped) is dict and type(dumped["choices"][0]) is dict
+    assert response.copy().choices[0].message.content == "hi"
+    assert response.setdefault("usage", {}).total_tokens == 3

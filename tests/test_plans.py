@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -398,3 +399,17 @@ async def test_a_request_hook_that_returns_no_body_is_a_hook_error(route: Route)
     assert response.status_code == 500
     assert "Bad.async_pre_agentic_loop_request_hook" in route.error(response.json())[1]
     assert model.requests == []
+
+
+async def test_a_cancellation_raised_inside_a_hook_is_a_hook_error(route: Route) -> None:
+    class Cancelling(CustomLogger):
+        async def async_should_run_agentic_loop(self, **_: Any) -> Any:
+            inner = asyncio.ensure_future(asyncio.sleep(10))
+            inner.cancel()
+            await inner  # raises CancelledError though nobody cancelled the request
+
+    model = ScriptedModel(route.text("x"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Cancelling()])) as client:
+        response = await post(client, route, route.request())
+    assert response.status_code == 500
+    assert "CancelledError raised inside the hook" in route.error(response.json())[1]

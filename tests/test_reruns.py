@@ -85,3 +85,34 @@ async def test_other_fields_changed_by_a_patch_are_sent() -> None:
 async def test_a_rerun_with_the_same_messages_sends_the_same_body() -> None:
     bodies = await looped(LAST, Scripted(lambda messages, depth: messages))
     assert bodies[1] == bodies[2] == bodies[3] == orjson.loads(LAST)
+
+
+async def test_a_hook_that_appends_in_place_sends_what_it_appended() -> None:
+    def append_in_place(messages: list[Any], depth: int) -> list[Any]:
+        messages.append({"role": "user", "content": f"more {depth}"})
+        return messages
+
+    bodies = await looped(LAST, Scripted(append_in_place))
+    assert [len(body["messages"]) for body in bodies] == [1, 2, 3, 4]
+    assert bodies[-1]["messages"][-1] == {"role": "user", "content": "more 2"}
+
+
+async def test_other_fields_edited_in_place_are_sent() -> None:
+    class DropsATool(Scripted):
+        async def async_build_agentic_loop_plan(self, messages: Any, kwargs: Any, **arguments: Any) -> Any:
+            arguments["anthropic_messages_optional_request_params"]["tools"].pop()  # the request's own list
+            return await super().async_build_agentic_loop_plan(messages=messages, kwargs=kwargs, **arguments)
+
+    raw = b'{"model":"m","max_tokens":9,"tools":[{"name":"a"},{"name":"b"},{"name":"c"},{"name":"d"}],"messages":[]}'
+    bodies = await looped(raw, DropsATool(appended))
+    assert [len(body["tools"]) for body in bodies] == [4, 3, 2, 1]
+
+
+async def test_a_client_body_with_a_repeated_key_still_gets_valid_reruns() -> None:
+    raw = (
+        b'{"model":"m","max_tokens":9,"stop_sequences":["x"],'
+        b'"messages":[{"role":"user","content":"hi"}],"stop_sequences":[]}'
+    )
+    bodies = await looped(raw, Scripted(appended))
+    assert [len(body["messages"]) for body in bodies] == [1, 3, 5, 7]
+    assert all(body["stop_sequences"] == [] for body in bodies)

@@ -224,3 +224,30 @@ async def test_the_middleware_can_turn_streaming_loops_off_or_on_for_every_hook(
     await asyncio.wait_for(task, 5)
     assert len(model.requests) == 2
     assert hook.plans[0]["stream"] is True  # hooks are told the client streams
+
+
+async def test_an_answer_the_stream_cannot_carry_ends_the_stream_with_an_error_event() -> None:
+    route = Route("chat")
+    odd = chat_completion("fine")
+    odd["choices"][0]["message"]["tool_calls"] = {"not": "a list"}
+    app = AgenticLoopMiddleware(ScriptedModel(odd), hooks=[ServerTools([lookup])])
+    sent, task = raw_exchange(app, route, route.request(stream=True))
+    await asyncio.wait_for(task, 5)
+    messages = [sent.get_nowait() for _ in range(sent.qsize())]
+    assert [m["type"] for m in messages].count("http.response.start") == 1
+    assert messages[-1] == {"type": "http.response.body", "body": b""}
+    assert b"could not be streamed" in b"".join(m.get("body", b"") for m in messages)
+
+
+async def test_an_app_that_streams_anyway_reaches_the_client_as_it_streamed() -> None:
+    route = Route("messages")
+    events = (
+        b'event: message_start\ndata: {"type":"message_start"}\n\n'
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
+    model = ScriptedModel(lambda request: StreamingResponse(iter([events]), media_type="text/event-stream"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    sent, task = raw_exchange(app, route, route.request(stream=True))
+    await asyncio.wait_for(task, 5)
+    body = b"".join(m.get("body", b"") for m in [sent.get_nowait() for _ in range(sent.qsize())])
+    assert body == events
