@@ -36,9 +36,9 @@ class BodyEncoder:
         if sent and len(messages) >= len(sent) and messages[: len(sent)] == sent:
             # The same objects (list equality checks identity first): write only the new ones.
             tail = messages[len(sent) :]
-            parts = [self.items, b",", b",".join(map(dumps, tail))] if tail else [self.items]
+            parts = [self.items, b",", memoryview(dumps(tail))[1:-1]] if tail else [self.items]
         else:
-            parts = [b",".join(map(dumps, messages))]
+            parts = [memoryview(dumps(messages))[1:-1]]  # one call: orjson writes the array, we drop its brackets
         opening = b'"messages":[' if head == b"{}" else b',"messages":['
         raw = b"".join((memoryview(head)[:-1], opening, *parts, b"]}"))
         start = len(head) - 1 + len(opening)
