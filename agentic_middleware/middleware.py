@@ -77,17 +77,7 @@ class AgenticLoopMiddleware:
         )
         self.routes = self.settings.surface_routes()
         self.providers = {surface.name: self.settings.provider(surface) for surface in self.routes.values()}
-        # Which streaming requests take part: all, none, or those a hook asks for (`agentic_loop_streaming`).
-        self.stream_wishes: list[Callable[[dict[str, Any]], Any]] = []
-        if self.settings.streaming is None:
-            for hook in self.settings.hooks:
-                wish = getattr(hook, "agentic_loop_streaming", False)
-                if callable(wish):
-                    self.stream_wishes.append(wish)
-                elif wish is True:
-                    self.stream_wishes.append(lambda request: True)
-        elif self.settings.streaming:
-            self.stream_wishes.append(lambda request: True)
+        self.stream_wishes = _stream_wishes(self.settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -109,10 +99,8 @@ class AgenticLoopMiddleware:
         except orjson.JSONDecodeError:
             body = None
         if type(body) is dict:
-            internal = [name for name in body if is_internal_field(name)]
-            if internal:
-                for name in internal:
-                    del body[name]
+            if any(is_internal_field(name) for name in body):  # fields only trusted server code may set
+                body = {name: value for name, value in body.items() if not is_internal_field(name)}
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
             streaming = body.get("stream") is True
@@ -143,6 +131,20 @@ class AgenticLoopMiddleware:
                 await loop.run(raw)
                 return
         await self.app(scope, replay(raw, receive), send)
+
+
+def _stream_wishes(settings: Settings) -> list[Callable[[dict[str, Any]], Any]]:
+    """Which streaming requests take part: all, none, or those a hook asks for (`agentic_loop_streaming`)."""
+    if settings.streaming is not None:
+        return [lambda request: True] if settings.streaming else []
+    wishes = []
+    for hook in settings.hooks:
+        wish = getattr(hook, "agentic_loop_streaming", False)
+        if callable(wish):
+            wishes.append(wish)
+        elif wish is True:
+            wishes.append(lambda request: True)
+    return wishes
 
 
 # The fields hooks read, on both routes, with the types they must have when present.
