@@ -132,6 +132,8 @@ def _choice_deltas(message: Mapping[str, Any], size: int) -> Iterator[dict[str, 
         yield extra
     if isinstance(content, str):
         yield from ({"content": piece} for piece in _pieces(content, size))
+    elif content is not None:  # content parts, which some servers send: whole, in one delta
+        yield {"content": content}
     if isinstance(refusal, str):
         yield from ({"refusal": piece} for piece in _pieces(refusal, size))
     for index, call in enumerate(message.get("tool_calls") or []):

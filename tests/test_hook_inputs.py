@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 from conftest import http_client
 from support import Route, ToolHook, post
@@ -179,5 +180,6 @@ def test_a_json_object_serves_code_written_for_pydantic_responses() -> None:
     dumped = response.model_dump() if hasattr(response, "model_dump") else response
     assert dumped == {"choices": [{"message": {"content": "hi"}}], "usage": {"total_tokens": 3}}
     assert type(dumped) is dict and type(dumped["choices"][0]) is dict
+    assert orjson.loads(response.model_dump_json()) == dumped
     assert response.copy().choices[0].message.content == "hi"
     assert response.setdefault("usage", {}).total_tokens == 3

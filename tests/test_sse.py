@@ -368,3 +368,23 @@ def test_keepalives_and_pings_are_well_formed() -> None:
     assert parse([messages_error("overloaded_error", "busy")]) == [
         ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
     ]
+
+
+def test_chat_content_given_as_parts_is_streamed_whole() -> None:
+    import orjson
+
+    from agentic_middleware.sse import chat_chunks
+
+    parts = [{"type": "text", "text": "hello"}]
+    response = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": parts}, "finish_reason": "stop"}],
+    }
+    chunks = [orjson.loads(line[6:]) for line in chat_chunks(response, False) if line != b"data: [DONE]\n\n"]
+    assert [c["choices"][0]["delta"].get("content") for c in chunks if "content" in c["choices"][0]["delta"]] == [
+        None,
+        parts,
+    ]
