@@ -62,23 +62,24 @@ def json_start(status: int, length: int, extra: Iterable[tuple[bytes, bytes]] = 
     return {"type": "http.response.start", "status": status, "headers": headers}
 
 
-def _media_type(headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
-    media_type, encoded = b"", False
+def media_type(headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
+    """The content type without parameters, lowercase, and whether a content-encoding applies."""
+    kind, encoded = b"", False
     for name, value in headers:
         name = name.lower()
         if name == b"content-type":
-            media_type = value.split(b";", 1)[0].strip().lower()
+            kind = value.split(b";", 1)[0].strip().lower()
         elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
             encoded = True
-    return media_type, encoded
+    return kind, encoded
 
 
 def is_readable_json(start: Message) -> bool:
     """A 2xx, unencoded JSON answer without trailers: the only kind the middleware reads."""
     if not 200 <= start["status"] < 300 or start.get("trailers", False):
         return False
-    media_type, encoded = _media_type(start.get("headers", ()))
-    return not encoded and (media_type == b"application/json" or media_type.endswith(b"+json"))
+    kind, encoded = media_type(start.get("headers", ()))
+    return not encoded and (kind == b"application/json" or kind.endswith(b"+json"))
 
 
 class ResponseCapture:

@@ -162,8 +162,10 @@ class AgenticLoop:
                 if self.dispatch.forwarded:
                     raise  # the client already has the app's own answer under way: it cannot get another
                 if not isinstance(error, LoopError):
-                    error = LoopError(f"internal error: {type(error).__name__}")
-                reply = self.error_reply(error, error.__cause__ or error)
+                    internal = LoopError(f"internal error: {type(error).__name__}")
+                    internal.__cause__ = error
+                    error = internal
+                reply = self.error_reply(error)
             finally:
                 self.client.stop()
                 if self.events is not None:
@@ -540,11 +542,11 @@ class AgenticLoop:
         finally:
             self.round.hook_seconds += perf_counter() - started
 
-    def error_reply(self, error: LoopError, cause: BaseException) -> Reply:
+    def error_reply(self, error: LoopError) -> Reply:
         self.stop_reason = error.ended_by
         if isinstance(error, HookError):
             self.round.hook = error.hook
-        self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=cause.__cause__ or cause)
+        self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=error.__cause__ or error)
         message = str(error) if self.settings.error_details else f"{error.summary} (call id {self.call_id})"
         body = self.surface.error_body(error.status, message, error.code)
         return Reply(json_start(error.status, len(body), self.loop_headers()), body)

@@ -99,24 +99,27 @@ class AgenticLoopMiddleware:
         except orjson.JSONDecodeError:
             body = None
         if type(body) is dict:
-            if any(is_internal_field(name) for name in body):  # fields only trusted server code may set
+            changed = any(is_internal_field(name) for name in body)  # fields only trusted server code may set
+            if changed:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
-                raw = orjson.dumps(body)
-                scope = scope_with_body_length(scope, len(raw))
             streaming = body.get("stream") is True
-            if self.hooks and (not streaming or any(wish(body) for wish in self.stream_wishes)):
+            takes_part = bool(self.hooks) and (not streaming or any(wish(body) for wish in self.stream_wishes))
+            stream_options = None
+            if takes_part:
                 problem = _wrong_type(body)
                 if problem:
                     error = surface.error_body(400, problem, "invalid_request")
                     await send(json_start(400, len(error)))
                     await send({"type": "http.response.body", "body": error})
                     return
-                stream_options = None
                 if streaming:  # the app is called without streaming; the stream is written from the answer
                     del body["stream"]
                     stream_options = body.pop("stream_options", None)
-                    raw = orjson.dumps(body)
-                    scope = scope_with_body_length(scope, len(raw))
+                    changed = True
+            if changed:
+                raw = orjson.dumps(body)
+                scope = scope_with_body_length(scope, len(raw))
+            if takes_part:
                 loop = AgenticLoop(
                     self.setup,
                     surface,

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
-from starlette.types import Message, Send
+from starlette.types import Send
 
+from .asgi import media_type
 from .dispatch import Reply
 from .surfaces import Surface
 
@@ -73,7 +74,7 @@ class EventStream:
 
     def events(self, reply: Reply) -> Iterator[bytes]:
         status = reply.start["status"]
-        if 200 <= status < 300 and _is_event_stream(reply.start):
+        if 200 <= status < 300 and media_type(reply.start.get("headers", ()))[0] == b"text/event-stream":
             return iter((reply.body,))  # the app streamed anyway: its events, as it sent them
         try:
             body = orjson.loads(reply.body)
@@ -83,13 +84,6 @@ class EventStream:
             return self.surface.stream_events(body, self.stream_options)
         message, code = _error_of(body, reply.body, status)
         return iter((self.surface.error_event(status if status >= 400 else 502, message, code),))
-
-
-def _is_event_stream(start: Message) -> bool:
-    return any(
-        name.lower() == b"content-type" and value.lower().startswith(b"text/event-stream")
-        for name, value in start.get("headers", ())
-    )
 
 
 def _error_of(body: Any, raw: bytes, status: int) -> tuple[str, str]:

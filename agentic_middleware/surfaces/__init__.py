@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -123,14 +124,16 @@ class Surface(ABC):
         results, matched by id."""
 
 
+@functools.cache
 def surfaces() -> dict[str, Surface]:
-    """Every wire format by name."""
+    """Every wire format by name (made once: surfaces hold no state)."""
     from .chat import ChatCompletions
     from .messages import Messages
 
     return {surface.name: surface for surface in (Messages(), ChatCompletions())}
 
 
+@functools.cache
 def surface_for(api_surface: str) -> Surface:
     """The wire format a hook's `kwargs["_agentic_loop_api_surface"]` names."""
     return next(surface for surface in surfaces().values() if surface.api_surface == api_surface)
