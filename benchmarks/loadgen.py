@@ -3,12 +3,15 @@
 It reads one JSON command a line on stdin and answers each with one JSON line on stdout:
 `{"mode": ..., "url": ..., "pages": 3, "concurrency": 16, "requests": 200, "warmup": 10}` runs `requests`
 logical requests on `concurrency` keep-alive connections and answers `{"rps", "p50", "p99"}` (milliseconds), or
-`{"error": ...}`. A logical request makes the upstream call `lookup` `pages` times before it answers; modes:
+`{"error": ...}`, with `cpu`: this process's CPU time per request in µs. A logical request makes the upstream call
+`lookup` `pages` times before it answers; modes:
 
 - `gateway`: one request to `url` (our gateway or the LiteLLM proxy), whose hooks do the loop;
 - `loop`: the client loops by itself against the upstream at `url`, one request per round, same hook logic;
 - `litellm`: `litellm.anthropic.messages.acreate` in this process with the hook in `litellm.callbacks`
-  and `api_base=url` (only in an interpreter that has LiteLLM).
+  and `api_base=url` (only in an interpreter that has LiteLLM);
+- `post`: one plain POST to `url` with the HTTP client library named by `client` (`lean`, `aiohttp`, `httpx`,
+  `httpx-aiohttp`), one pooled session of `concurrency` connections: what each costs a gateway per upstream call.
 
 The HTTP client is a few lines over asyncio streams, so that the load generator costs little next to what it
 measures. Each command is bounded by its request count; the process ends at the end of its input.
@@ -20,7 +23,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from time import perf_counter
+from time import perf_counter, process_time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -77,10 +80,51 @@ def final(answer: Any) -> None:
 
 
 OneRequest = Callable[[], Awaitable[None]]
+Post = Callable[[str, bytes], Awaitable[bytes]]
+Close = Callable[[], Awaitable[None]]
 
 
-def worker(command: dict[str, Any]) -> tuple[OneRequest, Connection | None]:
-    """One logical request of the command's mode, on a connection of its own."""
+def library(name: str, concurrency: int, headers: dict[str, str]) -> tuple[Post, Close]:
+    """A POST through one pooled client of the named library, and how to close it."""
+    headers = {"content-type": "application/json", **headers}
+    if name == "aiohttp":
+        import aiohttp
+
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
+
+        async def aiohttp_post(url: str, body: bytes) -> bytes:
+            async with session.post(url, data=body, headers=headers) as answer:
+                content = await answer.read()
+            return ok(url, answer.status, content)
+
+        return aiohttp_post, session.close
+    if name in ("httpx", "httpx-aiohttp"):
+        import httpx
+
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        if name == "httpx":
+            client = httpx.AsyncClient(limits=limits)
+        else:
+            from httpx_aiohttp import HttpxAiohttpClient
+
+            client = HttpxAiohttpClient(limits=limits)
+
+        async def httpx_post(url: str, body: bytes) -> bytes:
+            answer = await client.post(url, content=body, headers=headers)
+            return ok(url, answer.status_code, answer.content)
+
+        return httpx_post, client.aclose
+    raise ValueError(f"unknown client {name!r}")
+
+
+def ok(url: str, status: int, body: bytes) -> bytes:
+    if status != 200:
+        raise RuntimeError(f"POST {url}: {status} {body[:300]!r}")
+    return body
+
+
+def worker(command: dict[str, Any], shared: Post | None) -> tuple[OneRequest, Connection | None]:
+    """One logical request of the command's mode, on a connection of its own (or the shared client's pool)."""
     mode, url, pages = command["mode"], command["url"], command["pages"]
     body = request(command.get("model", "scripted-model"), pages)
     if mode == "litellm":
@@ -94,6 +138,13 @@ def worker(command: dict[str, Any]) -> tuple[OneRequest, Connection | None]:
             final(await litellm.anthropic.messages.acreate(api_base=url, api_key="bench", **body))
 
         return sdk, None
+    if shared is not None:
+        encoded = orjson.dumps(body)
+
+        async def post() -> None:
+            orjson.loads(await shared(url + PATH, encoded))
+
+        return post, None
     connection = Connection(url, command.get("headers", {}))
 
     async def gateway() -> None:
@@ -109,11 +160,21 @@ def worker(command: dict[str, Any]) -> tuple[OneRequest, Connection | None]:
             current = {**current, "messages": follow_up(tools["tool_calls"], current["messages"])}
         final(answer)
 
+    if mode == "post":  # the lean client: a plain POST on its own connection
+        encoded = orjson.dumps(body)
+
+        async def lean() -> None:
+            orjson.loads(await connection.post(PATH, encoded))
+
+        return lean, connection
     return (gateway if mode == "gateway" else loop), connection
 
 
 async def run(command: dict[str, Any]) -> dict[str, Any]:
-    workers = [worker(command) for _ in range(command["concurrency"])]
+    shared, close = None, None
+    if command["mode"] == "post" and command.get("client", "lean") != "lean":
+        shared, close = library(command["client"], command["concurrency"], command.get("headers", {}))
+    workers = [worker(command, shared) for _ in range(command["concurrency"])]
     for index in range(command.get("warmup", 0)):
         await workers[index % len(workers)][0]()
     latencies: list[float] = []
@@ -127,20 +188,22 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
             await one()
             latencies.append(perf_counter() - start)
 
-    start = perf_counter()
+    cpu, start = process_time(), perf_counter()
     try:
         await asyncio.gather(*(drive(one) for one, _ in workers))
     finally:
-        elapsed = perf_counter() - start
+        elapsed, cpu = perf_counter() - start, process_time() - cpu
         for _, connection in workers:
             if connection is not None:
                 await connection.close()
+        if close is not None:
+            await close()
     latencies.sort()
 
     def at(share: float) -> float:
         return 1000 * latencies[min(len(latencies) - 1, int(share * len(latencies)))]
 
-    return {"rps": len(latencies) / elapsed, "p50": at(0.5), "p99": at(0.99)}
+    return {"rps": len(latencies) / elapsed, "p50": at(0.5), "p99": at(0.99), "cpu": 1e6 * cpu / len(latencies)}
 
 
 async def serve() -> None:

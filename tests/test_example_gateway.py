@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +27,8 @@ from examples.compression import compression_hook
 from examples.gateway import CONFIG, DemoModel, Upstream, create_app, model_app, serving
 from examples.gateway.__main__ import main
 from examples.websearch import web_search_hook
+
+ROOT = Path(__file__).parent.parent
 
 
 def test_the_yaml_config_names_both_example_hooks() -> None:
@@ -84,36 +90,47 @@ async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -
     assert upstream_model.calls == 7  # a search and an answer for each question, one call for the greeting
 
 
+PATHS = ["/v1/messages", "/v1/chat/completions", "/v1/responses"]
+
+
 def recording_upstream(seen: list[Request], response: Response) -> Starlette:
     async def answer(request: Request) -> Response:
         await request.body()
         seen.append(request)
         return response
 
-    return Starlette(
-        routes=[Route(path, answer, methods=["POST"]) for path in ("/v1/messages", "/v1/chat/completions")]
-    )
+    return Starlette(routes=[Route(path, answer, methods=["POST"]) for path in PATHS])
 
 
 @asynccontextmanager
 async def gateway_to(upstream: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the gateway (in-process), whose Upstream reaches `upstream` in-process too."""
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=upstream)) as upstream_client:
-        gateway = create_app(CONFIG, Upstream("http://upstream.test/v1", upstream_client))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://gateway") as client:
-            yield client
+    """A client of the gateway (in-process), whose Upstream reaches `upstream` served by uvicorn."""
+    async with serving(upstream) as upstream_url:
+        forwarding = Upstream(f"{upstream_url}/v1")
+        gateway = create_app(CONFIG, forwarding)
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://gw") as client:
+                yield client
+        finally:
+            await forwarding.aclose()
 
 
-@pytest.mark.parametrize("path", ["/v1/messages", "/v1/chat/completions"])
+@pytest.mark.parametrize("path", PATHS)
 async def test_an_upstream_4xx_reaches_the_client_unchanged(path: str) -> None:
     error = b'{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}'
     seen: list[Request] = []
     upstream = recording_upstream(
         seen, Response(error, 401, media_type="application/json; charset=utf-8", headers={"request-id": "req_1"})
     )
-    headers = {"x-api-key": "sk-1", "authorization": "Bearer sk-2", "anthropic-version": "2023-06-01", "cookie": "c=1"}
+    headers = {
+        "x-api-key": "sk-1",
+        "authorization": "Bearer sk-2",
+        "anthropic-version": "2023-06-01",
+        "openai-organization": "org-1",
+        "cookie": "c=1",
+    }
     async with gateway_to(upstream) as client:
-        response = await client.post(path, json={"model": "m", "messages": []}, headers=headers)
+        response = await client.post(path, json={"model": "m", "messages": [], "input": "x"}, headers=headers)
 
     assert response.status_code == 401
     assert response.content == error
@@ -123,24 +140,82 @@ async def test_an_upstream_4xx_reaches_the_client_unchanged(path: str) -> None:
     assert request.url.path == path
     for name, value in headers.items():
         assert request.headers.get(name) == (None if name == "cookie" else value)
-    assert request.headers["host"] == "upstream.test"
+    assert request.headers["host"] == f"127.0.0.1:{request.url.port}"
 
 
-async def test_an_unreachable_upstream_is_a_502_in_the_routes_shape() -> None:
+async def test_the_responses_route_is_forwarded_with_its_body_and_answer_unchanged() -> None:
+    answer = b'{"id":"resp_1","object":"response","status":"completed","output":[]}'
+    seen: list[Request] = []
+    bodies: list[bytes] = []
+
+    async def respond(request: Request) -> Response:
+        bodies.append(await request.body())
+        seen.append(request)
+        return Response(answer, 200, media_type="application/json", headers={"x-request-id": "r1", "x-other": "no"})
+
+    upstream = Starlette(routes=[Route("/v1/responses", respond, methods=["POST"])])
+    body = b'{"model":"m","input":"Hello","store":false}'
+    async with gateway_to(upstream) as client:
+        response = await client.post("/v1/responses", content=body, headers={"content-type": "application/json"})
+    assert (response.status_code, response.content, response.headers["x-request-id"]) == (200, answer, "r1")
+    assert "x-other" not in response.headers
+    assert bodies == [body] and seen[0].url.path == "/v1/responses"
+
+
+async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
-    gateway = create_app(CONFIG, Upstream(f"http://127.0.0.1:{port}/v1"))
+    forwarding = Upstream(f"http://127.0.0.1:{port}/v1")
+    gateway = create_app(CONFIG, forwarding)
     with pytest.raises(anthropic.APIStatusError) as raised:
         await anthropic_client(gateway).messages.create(
             model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
         )
-    assert raised.value.status_code == 502 and "ConnectError" in raised.value.message
+    assert raised.value.status_code == 502
+    assert f"upstream http://127.0.0.1:{port}/v1/messages failed" in raised.value.message
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://gw") as client:
+        for path in ("/v1/chat/completions", "/v1/responses"):
+            response = await client.post(path, json={"model": "m", "messages": [], "input": "x"})
+            assert response.status_code == 502
+            error = response.json()["error"]
+            assert (error["type"], error["code"]) == ("server_error", "upstream")
+            assert f"127.0.0.1:{port}{path} failed" in error["message"]
+    await forwarding.aclose()
     with pytest.raises(ValueError, match="http"):
         Upstream("localhost:8000")
 
 
-async def test_a_stream_is_forwarded_chunk_by_chunk() -> None:
+@asynccontextmanager
+async def raw_upstream(reply: bytes) -> AsyncIterator[str]:
+    """A server on a free port that answers every connection with `reply`, as raw bytes, then hangs up."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+
+
+async def test_an_upstream_that_breaks_off_mid_body_is_a_502() -> None:
+    cut = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"id":'
+    async with raw_upstream(cut) as url:
+        forwarding = Upstream(url)
+        gateway = model_app(forwarding)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://gw") as client:
+            response = await client.post("/v1/messages", json={"model": "m", "messages": []})
+        await forwarding.aclose()
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "api_error"
+    assert "failed" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_stream_is_forwarded_chunk_by_chunk(path: str) -> None:
     """The upstream mode's model app streams what the upstream streams (a stream no hook takes part in)."""
     first_arrived = asyncio.Event()
 
@@ -157,12 +232,80 @@ async def test_a_stream_is_forwarded_chunk_by_chunk() -> None:
         asyncio.timeout(3),
     ):
         body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        async with client.stream("POST", path, json=body) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
             chunks = response.aiter_bytes()
             assert await anext(chunks) == b'data: {"n": 1}\n\n'
             first_arrived.set()
             assert b"".join([chunk async for chunk in chunks]) == b'data: {"n": 2}\n\ndata: [DONE]\n\n'
+
+
+async def test_a_stream_the_client_leaves_early_frees_its_upstream_connection() -> None:
+    """One pooled connection: after a client leaves a stream halfway, the next request still gets through."""
+    release = asyncio.Event()
+
+    async def respond(request: Request) -> Response:
+        body = await request.json()
+        if not body.get("stream"):
+            return Response(b'{"ok":true}', media_type="application/json")
+
+        async def events() -> AsyncIterator[bytes]:
+            yield b"data: 1\n\n"
+            await release.wait()
+            yield b"data: 2\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    upstream = Starlette(routes=[Route("/v1/chat/completions", respond, methods=["POST"])])
+    async with (
+        serving(upstream) as upstream_url,
+        serving(model_app(Upstream(f"{upstream_url}/v1", connections=1))) as gateway_url,
+        httpx.AsyncClient(base_url=gateway_url) as client,
+        asyncio.timeout(5),
+    ):
+        async with client.stream("POST", "/v1/chat/completions", json={"stream": True}) as response:
+            assert await anext(response.aiter_bytes()) == b"data: 1\n\n"
+        # the client hung up with the upstream's stream still open; its one connection must not stay taken
+        response = await client.post("/v1/chat/completions", json={"stream": False})
+        release.set()
+    assert response.json() == {"ok": True}
+
+
+async def test_the_demo_model_says_it_does_not_serve_responses() -> None:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app()), base_url="http://gw") as client:
+        response = await client.post("/v1/responses", json={"model": "demo", "input": "Hello"})
+    assert response.status_code == 404
+    assert "AGENTIC_UPSTREAM" in response.json()["error"]["message"]
+
+
+def test_the_gateway_serves_with_two_workers(tmp_path: Path) -> None:
+    """`--workers 2` starts two uvicorn worker processes behind one socket; requests get the loop in either."""
+    log = tmp_path / "gateway.log"
+    argv = [sys.executable, "-m", "examples.gateway", "--port", "0", "--workers", "2", "--no-access-log"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "Application startup complete" not in log.read_text() or len(started(log)) < 2:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        port = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())
+        assert port is not None, log.read_text()
+        client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port[1]}", api_key="x", max_retries=0)
+        for _ in range(4):
+            reply = client.messages.create(
+                model="demo", max_tokens=100, messages=[{"role": "user", "content": "Who created Git?"}]
+            )
+            assert reply.content[0].text.startswith('According to "Git"')  # type: ignore[union-attr]
+    finally:
+        process.terminate()
+        process.wait(20)
+    assert len(started(log)) == 2
+
+
+def started(log: Path) -> list[str]:
+    return re.findall(r"Started server process \[\d+\]", log.read_text())
 
 
 def test_the_demo_command_prints_both_answers(capsys: pytest.CaptureFixture[str]) -> None:

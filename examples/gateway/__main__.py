@@ -1,4 +1,4 @@
-"""`python -m examples.gateway [--port 8000] [--config FILE]` serves the gateway on 127.0.0.1;
+"""`python -m examples.gateway [--port 8000] [--config FILE] [--workers N]` serves the gateway on 127.0.0.1;
 `--demo` starts it on a free port, asks one question with each official SDK, prints the answers, and exits.
 
 With AGENTIC_UPSTREAM=http://host/v1 the gateway forwards to that model server instead of the demo model
@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 import uvicorn
 
-from .app import CONFIG, UPSTREAM_VARIABLE, create_app, model_from_env
+from agentic_middleware import load_config
+
+from .app import CONFIG, CONFIG_VARIABLE, UPSTREAM_VARIABLE, create_app
 from .demo_model import DemoModel
 from .serve import serving
-from .upstream import Upstream
 
 
 async def demo(config: str) -> None:
@@ -56,19 +58,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--config", default=str(CONFIG), help="YAML config (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default: %(default)s)")
     parser.add_argument("--demo", action="store_true", help="run one request with each SDK, print them, exit")
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
     args = parser.parse_args(argv)
     if args.demo:
         asyncio.run(demo(args.config))
         return 0
-    model = model_from_env()
-    app = create_app(args.config, model)
-    behind = (
-        f"upstream {model.base_url}" if isinstance(model, Upstream) else f"the demo model ({UPSTREAM_VARIABLE} unset)"
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    load_config(args.config)  # a mistake in the config stops the start here, once, with its own message
+    os.environ[CONFIG_VARIABLE] = args.config  # what each worker's `app_from_env` reads
+    upstream = os.environ.get(UPSTREAM_VARIABLE)
+    behind = f"upstream {upstream}" if upstream else f"the demo model ({UPSTREAM_VARIABLE} unset)"
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
+    print(f"gateway on http://{args.host}:{args.port}{workers} in front of {behind}", flush=True)
+    uvicorn.run(
+        "examples.gateway.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        access_log=not args.no_access_log,
     )
-    print(f"gateway on http://{args.host}:{args.port} in front of {behind}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, access_log=not args.no_access_log)
     return 0
 
 

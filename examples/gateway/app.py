@@ -1,4 +1,4 @@
-"""The gateway: a FastAPI app serving the two model routes, with the agentic middleware in front of them."""
+"""The gateway: a FastAPI app serving the model routes, with the agentic middleware in front of them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from .wire import Model
 
 CONFIG = Path(__file__).with_name("config.yaml")
 UPSTREAM_VARIABLE = "AGENTIC_UPSTREAM"
+CONFIG_VARIABLE = "AGENTIC_GATEWAY_CONFIG"
 
 
 def model_app(model: Model) -> FastAPI:
@@ -40,6 +41,10 @@ def model_app(model: Model) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await model(request, "chat_completions")
 
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await model(request, "responses")
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -59,3 +64,9 @@ def model_from_env() -> Model:
     """`Upstream(AGENTIC_UPSTREAM)` when the variable is set, else the scripted demo model."""
     upstream = os.environ.get(UPSTREAM_VARIABLE)
     return Upstream(upstream) if upstream else DemoModel()
+
+
+def app_from_env() -> FastAPI:
+    """The app factory that each uvicorn worker calls: the config named by AGENTIC_GATEWAY_CONFIG (default: the
+    example's), in front of the model `model_from_env` picks. Nothing is shared between workers."""
+    return create_app(os.environ.get(CONFIG_VARIABLE) or CONFIG, model_from_env())

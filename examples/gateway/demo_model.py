@@ -22,10 +22,12 @@ from .wire import Route, error_response
 _TOP_RESULT = re.compile(r"^\[1\] (?P<title>.+)\nURL: (?P<url>\S+)\n(?P<snippet>.+)$", re.MULTILINE)
 _STUB_KEY = re.compile(r'retrieve\(key="(?P<key>[^"]+)"\)')
 _CHAT_ERROR = "Error: "
+UPSTREAM_HINT = "AGENTIC_UPSTREAM to forward /v1/responses to a model server"
 
 
 class DemoModel:
-    """Serves both routes; `calls` counts the requests it answered (the loop's internal calls included)."""
+    """Serves the Messages and Chat Completions routes (not Responses); `calls` counts the requests it answered,
+    the loop's internal calls included."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -34,6 +36,9 @@ class DemoModel:
         return None
 
     async def __call__(self, request: Request, route: Route) -> Response:
+        if route == "responses":
+            why = f"the demo model serves /v1/messages and /v1/chat/completions; set {UPSTREAM_HINT}"
+            return error_response(route, 404, why, "not_found")
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:

@@ -7,7 +7,7 @@ from typing import Literal, Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-Route = Literal["messages", "chat_completions"]
+Route = Literal["messages", "chat_completions", "responses"]
 
 
 class Model(Protocol):
