@@ -30,14 +30,18 @@ DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
 )
 DEFAULT_MAX_AGENTIC_LOOPS = 3
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
+MIN_KEEPALIVE = 0.01  # seconds
 SECTION = "agentic_middleware"
 ENV_PREFIX = "os.environ/"
 
 
-def loop_limit(value: object, source: str) -> int:
-    """`value` as a loop limit: a whole number of at least 1 (not a bool), else an error naming `source`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{source} must be an integer of at least 1, got {value!r}")
+def loop_limit(value: object, source: str, least: int = 0) -> int:
+    """`value` as a limit: a whole number of at least `least` (not a bool), else an error naming `source`.
+
+    A loop limit of 0 means no reruns: the app's first answer is the client's, no hook is asked.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigurationError(f"{source} must be an integer of at least {least}, got {value!r}")
     return value
 
 
@@ -63,7 +67,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
-        loop_limit(self.max_body_bytes, "max_body_bytes")
+        loop_limit(self.max_body_bytes, "max_body_bytes", least=1)
         if self.streaming is not None and not isinstance(self.streaming, bool):
             raise ConfigurationError(f"streaming must be true, false or null, got {self.streaming!r}")
         for name in ("app_timeout", "hook_timeout", "loop_timeout", "stream_keepalive"):
@@ -72,6 +76,10 @@ class Settings:
                 isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf
             ):
                 raise ConfigurationError(f"{name} must be a number of seconds above 0, got {value!r}")
+        if self.stream_keepalive < MIN_KEEPALIVE:  # a keep-alive every few microseconds would be a busy loop
+            raise ConfigurationError(
+                f"stream_keepalive must be at least {MIN_KEEPALIVE:g} s, got {self.stream_keepalive!r}"
+            )
         for name in ("sum_usage", "log_bodies", "tracing", "error_details"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -113,8 +121,10 @@ class Settings:
 
 
 def resolve_hooks(entries: Iterable[object], where: str, folder: Path | None = None) -> tuple[object, ...]:
-    """Hook objects from instances and dotted paths; any entry that is not a hook is an error naming it."""
-    if isinstance(entries, str | bytes) or not isinstance(entries, Iterable):
+    """Hook objects from instances and dotted paths (one path alone too); an entry that is no hook is an error."""
+    if isinstance(entries, str):
+        entries = [entries]
+    if isinstance(entries, bytes) or not isinstance(entries, Iterable):
         raise ConfigurationError(f"{where} must be a list of hooks, got {entries!r}")
     hooks = []
     for entry in entries:
@@ -199,7 +209,7 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     options = {name: _from_env(value, f"{SECTION}.{name}", file) for name, value in section.items()}
     litellm_settings = _mapping(document.get("litellm_settings") or {}, "litellm_settings", file)
     callbacks = _from_env(litellm_settings.get("callbacks") or [], "litellm_settings.callbacks", file)
-    entries = ([callbacks] if isinstance(callbacks, str) else callbacks, options.pop("hooks", None) or [])
+    entries = (callbacks, options.pop("hooks", None) or [])
     hooks = tuple(
         hook
         for where, listed in zip(("litellm_settings.callbacks", f"{SECTION}.hooks"), entries, strict=True)
@@ -207,16 +217,26 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     )
     if isinstance(options.get("on_round"), str):
         options["on_round"] = _import_callable(options["on_round"], f"{SECTION}.on_round in {file}", file.parent)
-    for name, value in options.items():  # `os.environ/NAME` values arrive as strings
-        if isinstance(value, str) and name in _NUMBERS:
+    # `os.environ/NAME` values arrive as strings: numbers and flags are read from them (a quoted YAML value is not).
+    variables = {
+        name: value.removeprefix(ENV_PREFIX)
+        for name, value in section.items()
+        if isinstance(value, str) and value.startswith(ENV_PREFIX)
+    }
+    for name in variables:
+        value = options[name]
+        if name in _NUMBERS:
             with contextlib.suppress(ValueError):  # left as it is, for the check to name it
                 options[name] = _NUMBERS[name](value)
-        elif isinstance(value, str) and name in _FLAGS and value.lower() in ("true", "false"):
-            options[name] = value.lower() == "true"
+        elif name in _FLAGS and value.lower() in ("true", "false", "null", "none", ""):
+            options[name] = {"true": True, "false": False}.get(value.lower())
     try:
         return Settings(hooks=hooks, **options)
     except ConfigurationError as error:
-        raise ConfigurationError(f"{file}: {SECTION}.{error}") from None
+        source = next(
+            (f" (from the environment variable {variables[n]})" for n in variables if f"{error}".startswith(n)), ""
+        )
+        raise ConfigurationError(f"{file}: {SECTION}.{error}{source}") from None
 
 
 _NUMBERS: dict[str, Callable[[str], Any]] = {

@@ -226,10 +226,13 @@ class AgenticLoop:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
         if self.depth == 0 and self.stop_reason == "finished":
             return answer.reply()  # no hook acted: the app's own bytes and headers
-        if self.depth and self.settings.sum_usage and isinstance(answer.data, dict | Mapping):
-            # From the bytes unless a hook rewrote them on purpose: a gate's edits of its `response` are not sent.
-            data = answer.data if answer.rewritten else parse_object(answer.raw) or answer.data
-            answer = answer.replaced(JSONObject(data, usage=sum_usage(self.usages)))
+        if self.depth and self.settings.sum_usage and answer.data is not None:
+            # From the bytes unless a hook rewrote them on purpose (a gate's edits of its `response` are not sent);
+            # a pydantic body (an SDK object) is read back from the bytes it was written as.
+            rewritten = answer.rewritten and isinstance(answer.data, dict)
+            data = answer.data if rewritten else parse_object(answer.raw)
+            if data is not None:
+                answer = answer.replaced(JSONObject(data, usage=sum_usage(self.usages)))
         return answer.reply(self.loop_headers())
 
     def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:
@@ -243,12 +246,15 @@ class AgenticLoop:
 
     async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
-        if self.request_hooks:
+        self.limit = self.request_limit()  # set by an outer middleware, if any
+        if self.request_hooks and self.limit:
             raw = await self.prepared(raw)
         answer = await self.call_app(raw)
         if answer is None:
             return None
-        self.limit = self.request_limit()
+        self.limit = self.request_limit()  # or by the app, during its first call
+        if not self.limit:
+            return answer  # no reruns for this request: the app's answer as it is, no hook asked
         while answer.data is not None:
             step = await self.ask_hooks(answer, answer.data)
             if isinstance(step, Answer):
@@ -433,7 +439,9 @@ class AgenticLoop:
             self.patch_kwargs.update(patch.kwargs)
             if "max_agentic_loops" in patch.kwargs:
                 try:
-                    self.limit = loop_limit(patch.kwargs["max_agentic_loops"], "request_patch.kwargs")
+                    self.limit = loop_limit(
+                        patch.kwargs["max_agentic_loops"], 'request_patch.kwargs["max_agentic_loops"]'
+                    )
                 except ConfigurationError as error:
                     raise HookError(step.hook.name, step.method, str(error)) from None
         return body

@@ -88,11 +88,11 @@ class AgenticLoopMiddleware:
         if request is None:
             return  # the client left before its request was complete: nobody to answer
         raw, complete = request
-        if not complete:
+        if not complete or len(raw) > self.settings.max_body_bytes:  # however the body arrived: whole, or in chunks
             logger.warning(
                 "request body over max_body_bytes=%d: passed through without hooks", self.settings.max_body_bytes
             )
-            await self.app(scope, replay(raw, receive, more_body=True), send)
+            await self.app(scope, replay(raw, receive, more_body=not complete), send)
             return
         try:
             body = orjson.loads(raw)

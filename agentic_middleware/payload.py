@@ -94,8 +94,11 @@ def dumps(value: Any) -> bytes:
 
 
 def _jsonable(value: Any) -> Any:
+    if hasattr(value, "to_dict") and hasattr(value, "model_dump"):
+        # The official SDKs' objects: as the API sent them (fields it left out stay out, no `"citations": null`).
+        return value.to_dict(mode="json")
     if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
+        return value.model_dump(mode="json", by_alias=True)
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -152,7 +152,12 @@ class ServerTools(AgenticHook):
         return {**request, "tools": [*kept, *ours]}
 
     def _claimed(self, surface: Surface, response: Any) -> list[dict[str, Any]]:
-        return [call for call in surface.calls(response) if surface.call_name(call) in self.by_name]
+        """Our calls in the first alternative answer that has any: one conversation goes on (chat's `n` > 1)."""
+        for group in surface.call_groups(response):
+            ours = [call for call in group if surface.call_name(call) in self.by_name]
+            if ours:
+                return ours
+        return []
 
     async def async_should_run_agentic_loop(
         self,

@@ -90,7 +90,7 @@ async def test_a_bad_limit_in_request_state_is_a_500_that_names_it(route: Route)
     assert "request.state.max_agentic_loops" in route.error(response.json())[1]
 
 
-@pytest.mark.parametrize("limit", [0, -1, True, 2.5, "3"])
+@pytest.mark.parametrize("limit", [-1, True, 2.5, "3"])
 def test_a_bad_configured_limit_fails_at_start(limit: Any) -> None:
     with pytest.raises(ConfigurationError, match="max_agentic_loops"):
         AgenticLoopMiddleware(ScriptedModel(), hooks=[ToolHook()], max_agentic_loops=limit)

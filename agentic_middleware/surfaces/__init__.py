@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -37,6 +38,14 @@ def canonical(value: Any) -> bytes:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return repr(value).encode()
+
+
+def with_id(call: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The call itself when it has an id, else a copy with a new one: some servers send calls without, and a tool
+    result must name the call it answers."""
+    if isinstance(call.get("id"), str) and call["id"]:
+        return call
+    return {**call, "id": f"{prefix}{os.urandom(12).hex()}"}
 
 
 def claims_of(gate_answers: Iterable[dict[str, Any]]) -> Claims:
@@ -76,6 +85,10 @@ class Surface(ABC):
     @abstractmethod
     def call_input(self, call: dict[str, Any]) -> Any:
         """A call's input, parsed (chat sends it as a JSON string; one that does not parse stays a string)."""
+
+    def call_groups(self, response: dict[str, Any]) -> list[list[dict[str, Any]]]:
+        """The tool calls of each alternative answer a response holds (chat's `n` choices), one list each."""
+        return [self.calls(response)]
 
     def fingerprint(self, response: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
         """All tool calls by name and canonical input; ids and order left out."""

@@ -9,7 +9,7 @@ import orjson
 
 from .. import sse
 from ..payload import JSONObject
-from . import Claims, Surface, ToolResult, field
+from . import Claims, Surface, ToolResult, field, with_id
 
 ERROR_MARKER = "Error: "
 
@@ -42,6 +42,9 @@ class ChatCompletions(Surface):
 
     def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
         return [call for message in _messages(response) for call in _calls(message)]
+
+    def call_groups(self, response: dict[str, Any]) -> list[list[dict[str, Any]]]:
+        return [_calls(message) for message in _messages(response)]
 
     def call_name(self, call: dict[str, Any]) -> Any:
         # Function calls carry `function`; custom tool calls carry `custom`.
@@ -108,9 +111,13 @@ class ChatCompletions(Surface):
     def follow_up(
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
+        # The choice that made these calls goes on (with `n` > 1, the others are alternatives, not history).
         messages = _messages(response)
-        assistant: dict[str, Any] = dict(messages[0]) if messages else {"role": "assistant", "content": None}
-        assistant["tool_calls"] = list(calls)
+        made = next((m for m in messages if any(c is call for c in _calls(m) for call in calls)), None)
+        made = made or (messages[0] if messages else None)
+        assistant: dict[str, Any] = dict(made) if made else {"role": "assistant", "content": None}
+        calls = [with_id(call, "call_") for call in calls]
+        assistant["tool_calls"] = calls
         return [
             assistant,
             *(

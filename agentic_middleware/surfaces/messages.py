@@ -9,7 +9,7 @@ import orjson
 
 from .. import sse
 from ..payload import JSONObject
-from . import Claims, Surface, ToolResult
+from . import Claims, Surface, ToolResult, with_id
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -87,10 +87,14 @@ class Messages(Surface):
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
         # Thinking and text blocks stay where the model put them (thinking first); other calls are left out.
-        answered = {id(call) for call in calls}
-        content = [block for block in response.get("content") or () if not _is_tool_use(block) or id(block) in answered]
+        answered = {id(call): with_id(call, "toolu_") for call in calls}
+        content = [
+            answered.get(id(block), block)
+            for block in response.get("content") or ()
+            if not _is_tool_use(block) or id(block) in answered
+        ]
         tool_results = [
-            {"type": "tool_result", "tool_use_id": call["id"], "content": result.content}
+            {"type": "tool_result", "tool_use_id": answered[id(call)]["id"], "content": result.content}
             | ({"is_error": True} if result.is_error else {})
             for call, result in zip(calls, results, strict=True)
         ]
