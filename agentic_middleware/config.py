@@ -26,7 +26,7 @@ from .surfaces import Surface, surfaces
 logger = logging.getLogger("agentic_middleware")
 
 DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
-    {"/v1/messages": "messages", "/v1/chat/completions": "chat_completions"}
+    {"/v1/messages": "messages", "/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}
 )
 DEFAULT_MAX_AGENTIC_LOOPS = 3
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit

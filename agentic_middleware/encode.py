@@ -20,17 +20,19 @@ class BodyEncoder:
     Every other field is serialized each time, so it may be changed any way.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, field: str = "messages") -> None:
+        self.field = field  # the body field that holds the conversation
+        self.opening = f',"{field}":['.encode()
         self.sent: list[Any] = []  # the message objects already written, as they stood then
         self.items = memoryview(b"")  # their bytes, comma-separated, inside the last body written
 
     def encode(self, body: dict[str, Any]) -> bytes:
         """The bytes of `body`, with its messages last."""
-        messages = body.get("messages")
+        messages = body.get(self.field)
         if not isinstance(messages, list):
             self.sent, self.items = [], memoryview(b"")
             return dumps(body)
-        head = dumps({key: value for key, value in body.items() if key != "messages"})
+        head = dumps({key: value for key, value in body.items() if key != self.field})
         sent = self.sent
         parts: list[bytes | memoryview]
         if sent and len(messages) >= len(sent) and messages[: len(sent)] == sent:
@@ -39,7 +41,7 @@ class BodyEncoder:
             parts = [self.items, b",", memoryview(dumps(tail))[1:-1]] if tail else [self.items]
         else:
             parts = [memoryview(dumps(messages))[1:-1]]  # one call: orjson writes the array, we drop its brackets
-        opening = b'"messages":[' if head == b"{}" else b',"messages":['
+        opening = self.opening[1:] if head == b"{}" else self.opening
         raw = b"".join((memoryview(head)[:-1], opening, *parts, b"]}"))
         start = len(head) - 1 + len(opening)
         self.sent, self.items = list(messages), memoryview(raw)[start:-2]

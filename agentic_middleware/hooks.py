@@ -44,7 +44,7 @@ class AgenticLoopPlan:
 class AgenticHook:
     """Base class for hooks; every method does nothing until overridden.
 
-    Methods may be overridden selectively: the gate is asked on both routes,
+    Methods may be overridden selectively: the shared gate is asked on every route,
     and the plan builder of the request's route is called when it says yes.
     """
 
@@ -82,6 +82,19 @@ class AgenticHook:
         """LiteLLM's chat-only gate; asked before the shared gate on /v1/chat/completions."""
         return False, {}
 
+    async def async_should_run_responses_agentic_loop(
+        self,
+        response: Any,
+        model: str,
+        messages: list[Any],
+        tools: list[Any] | None,
+        stream: bool,
+        custom_llm_provider: str,
+        kwargs: dict[str, Any],
+    ) -> tuple[bool, dict[str, Any]]:
+        """LiteLLM's Responses-only gate; asked before the shared gate on /v1/responses."""
+        return False, {}
+
     async def async_build_agentic_loop_plan(
         self,
         tools: dict[str, Any],
@@ -109,6 +122,19 @@ class AgenticHook:
     ) -> AgenticLoopPlan:
         return AgenticLoopPlan()
 
+    async def async_build_responses_agentic_loop_plan(
+        self,
+        tools: dict[str, Any],
+        model: str,
+        messages: list[Any],
+        response: Any,
+        optional_params: dict[str, Any],
+        logging_obj: Any,
+        stream: bool,
+        kwargs: dict[str, Any],
+    ) -> AgenticLoopPlan:
+        return AgenticLoopPlan()
+
     async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: dict[str, Any]) -> Any:
         return response
 
@@ -123,8 +149,10 @@ HOOK_METHODS = (
     "async_pre_agentic_loop_request_hook",
     "async_should_run_agentic_loop",
     "async_should_run_chat_completion_agentic_loop",
+    "async_should_run_responses_agentic_loop",
     "async_build_agentic_loop_plan",
     "async_build_chat_completion_agentic_loop_plan",
+    "async_build_responses_agentic_loop_plan",
     "async_post_agentic_loop_response_hook",
     "async_agentic_loop_cleanup_hook",
 )
@@ -136,6 +164,7 @@ PLAN_PARAMETERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "anthropic_messages_optional_request_params": params,
     },
     "async_build_chat_completion_agentic_loop_plan": lambda params: {"optional_params": params},
+    "async_build_responses_agentic_loop_plan": lambda params: {"optional_params": params},
 }
 
 # LiteLLM's older methods make the follow-up call themselves; here the middleware makes it.

@@ -109,7 +109,7 @@ class AgenticLoop:
         self.body = body
         self.dispatch = Dispatcher(setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
         self.dispatch.on_forward = self.forwarding
-        self.encoder = BodyEncoder()
+        self.encoder = BodyEncoder(surface.messages_field)
         self.limit = settings.max_agentic_loops
         self.depth = 0
         self.seen: set[tuple[tuple[str, bytes], ...]] = set()
@@ -324,9 +324,9 @@ class AgenticLoop:
                 method,
                 tools=claim,
                 model=self.body.get("model"),
-                messages=self.body.get("messages"),
+                messages=self.surface.messages(self.body),
                 response=response,
-                **PLAN_PARAMETERS[method](self.optional_params()),
+                **PLAN_PARAMETERS[method](self.surface.request_params(self.body)),
                 logging_obj=self.logging_obj,
                 stream=self.streaming,
                 kwargs=kwargs,
@@ -353,7 +353,7 @@ class AgenticLoop:
                 gate,
                 response=response,
                 model=self.body.get("model"),
-                messages=self.body.get("messages"),
+                messages=self.surface.messages(self.body),
                 tools=self.body.get("tools"),
                 stream=self.streaming,
                 custom_llm_provider=self.provider,
@@ -429,10 +429,10 @@ class AgenticLoop:
         body = {**self.body, **patch.optional_params}
         if "tool_choice" not in patch.optional_params:
             body.pop("tool_choice", None)
-        for name in ("model", "messages", "tools", "max_tokens"):
+        for name, body_field in self.surface.patch_fields.items():
             value = getattr(patch, name)
             if value is not None:
-                body[name] = value
+                body[body_field] = value
         for name in [name for name in body if is_internal_field(name)]:
             del body[name]
         if patch.kwargs:
@@ -444,10 +444,7 @@ class AgenticLoop:
                     )
                 except ConfigurationError as error:
                     raise HookError(step.hook.name, step.method, str(error)) from None
-        return body
-
-    def optional_params(self) -> dict[str, Any]:
-        return {key: value for key, value in self.body.items() if key not in ("model", "messages")}
+        return self.surface.rerun_body(body)
 
     def hook_kwargs(self) -> dict[str, Any]:
         return {

@@ -150,11 +150,12 @@ def _stream_wishes(settings: Settings) -> list[Callable[[dict[str, Any]], Any]]:
     return wishes
 
 
-# The fields hooks read, on both routes, with the types they must have when present.
-_FIELD_TYPES: tuple[tuple[str, type, str], ...] = (
+# The fields hooks read, on every route, with the types they must have when present.
+_FIELD_TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("stream", bool, "a boolean"),
     ("model", str, "a string"),
     ("messages", list, "an array"),
+    ("input", (str, list), "a string or an array"),  # Responses
     ("tools", list, "an array"),
 )
 

@@ -132,3 +132,57 @@ def chat_completion(
         ],
         "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
+
+
+def function_call(name: str, arguments: dict[str, Any], call_id: str | None = None) -> dict[str, Any]:
+    """An OpenAI Responses `function_call` output item; the arguments are a JSON string, as the API sends them."""
+    number = next(_ids)
+    return {
+        "type": "function_call",
+        "id": f"fc_{number:04d}",
+        "call_id": call_id or f"call_{number:04d}",
+        "name": name,
+        "arguments": orjson.dumps(arguments).decode(),
+        "status": "completed",
+    }
+
+
+def response(
+    *output: str | dict[str, Any],
+    usage: dict[str, Any] | None = None,
+    model: str = "scripted-model",
+    **fields: Any,
+) -> dict[str, Any]:
+    """An OpenAI Responses response; strings become assistant messages, dicts are output items as given."""
+    items = [
+        {
+            "type": "message",
+            "id": f"msg_{next(_ids):04d}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": item, "annotations": []}],
+        }
+        if isinstance(item, str)
+        else item
+        for item in output
+    ]
+    return {
+        "id": f"resp_{next(_ids):04d}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": model,
+        "output": items,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage
+        or {
+            "input_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 15,
+        },
+        **fields,
+    }

@@ -1,4 +1,4 @@
-"""Server tools in a few lines: declare functions as tools, and one hook serves them on both routes.
+"""Server tools in a few lines: declare functions as tools, and one hook serves them on every route.
 
 @server_tool(description="Search the web.")
 async def web_search(query: str) -> str: ...
@@ -112,9 +112,10 @@ class ServerTools(AgenticHook):
     """A hook that declares its tools to the model, runs the model's calls to them, and reruns with the results.
 
     `native` maps a client-declared native tool to one of ours by its `type` (or the type's prefix before the
-    date): `{"web_search": "web_search"}` turns Anthropic's `{"type": "web_search_20250305", ...}` into our
-    `web_search` function tool. `timeout` bounds each call unless the tool sets its own; `keep_trace` adds
-    to the final response a `server_tool_calls` list of what ran.
+    date): `{"web_search": "web_search"}` turns Anthropic's `{"type": "web_search_20250305", ...}`, and OpenAI
+    Responses' `{"type": "web_search"}` and `{"type": "web_search_preview"}`, into our `web_search` function tool.
+    `timeout` bounds each call unless the tool sets its own; `keep_trace` adds to the final response a
+    `server_tool_calls` list of what ran.
     """
 
     tools: Iterable[ServerTool]
@@ -214,6 +215,19 @@ class ServerTools(AgenticHook):
         return await self._plan(tools, messages, response, logging_obj, kwargs)
 
     async def async_build_chat_completion_agentic_loop_plan(
+        self,
+        tools: dict[str, Any],
+        model: str,
+        messages: list[Any],
+        response: Any,
+        optional_params: dict[str, Any],
+        logging_obj: Any,
+        stream: bool,
+        kwargs: dict[str, Any],
+    ) -> AgenticLoopPlan:
+        return await self._plan(tools, messages, response, logging_obj, kwargs)
+
+    async def async_build_responses_agentic_loop_plan(
         self,
         tools: dict[str, Any],
         model: str,

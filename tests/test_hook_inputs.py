@@ -134,7 +134,7 @@ async def test_litellms_chat_only_gate_is_honoured_on_chat() -> None:
     ("options", "match"),
     [
         ({"hooks": [object()]}, "is not a hook"),
-        ({"routes": {"/v1/x": "responses"}}, "unknown wire format 'responses'"),
+        ({"routes": {"/v1/x": "completions"}}, "unknown wire format 'completions'"),
         ({"routes": {"v1/messages": "messages"}}, "is not a path"),
         ({"custom_llm_provider": 3}, "custom_llm_provider"),
         ({"custom_llm_provider": {"messages": 1}}, "custom_llm_provider"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import orjson
@@ -65,6 +66,12 @@ def claims_of(gate_answers: Iterable[dict[str, Any]]) -> Claims:
     return Claims(frozenset(ids), frozenset(names))
 
 
+# Which body field each field of a request patch sets, on routes that name them as LiteLLM's patch does.
+PATCH_FIELDS: Mapping[str, str] = MappingProxyType(
+    {"model": "model", "messages": "messages", "tools": "tools", "max_tokens": "max_tokens"}
+)
+
+
 class Surface(ABC):
     """One wire format: its hook methods, its tool calls and tool turns, its error shape."""
 
@@ -73,6 +80,20 @@ class Surface(ABC):
     api_surface: str  # LiteLLM's `_agentic_loop_api_surface`
     gates: tuple[str, ...]
     plan_methods: tuple[str, ...]  # in order of preference
+    messages_field = "messages"  # the body field that holds the conversation
+    patch_fields = PATCH_FIELDS
+
+    def messages(self, body: dict[str, Any]) -> Any:
+        """The conversation as hooks receive it in `messages`."""
+        return body.get(self.messages_field)
+
+    def request_params(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request without model and conversation: the plan builders' optional parameters."""
+        return {key: value for key, value in body.items() if key not in ("model", self.messages_field)}
+
+    def rerun_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A patched body made ready to send again; a format whose reruns need more than the patch says so here."""
+        return body
 
     @abstractmethod
     def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -142,8 +163,9 @@ def surfaces() -> dict[str, Surface]:
     """Every wire format by name (made once: surfaces hold no state)."""
     from .chat import ChatCompletions
     from .messages import Messages
+    from .responses import Responses
 
-    return {surface.name: surface for surface in (Messages(), ChatCompletions())}
+    return {surface.name: surface for surface in (Messages(), ChatCompletions(), Responses())}
 
 
 @functools.cache

@@ -14,8 +14,13 @@ from . import Claims, Surface, ToolResult, field, with_id
 ERROR_MARKER = "Error: "
 
 
-def _error_type(status: int) -> str:
+def openai_error_type(status: int) -> str:
     return "invalid_request_error" if status < 500 else "server_error"
+
+
+def openai_error_body(status: int, message: str, code: str) -> bytes:
+    """OpenAI's error shape, the same on every OpenAI route."""
+    return orjson.dumps({"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}})
 
 
 def _messages(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -88,7 +93,7 @@ class ChatCompletions(Surface):
         return choice
 
     def error_body(self, status: int, message: str, code: str) -> bytes:
-        return orjson.dumps({"error": {"message": message, "type": _error_type(status), "param": None, "code": code}})
+        return openai_error_body(status, message, code)
 
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
         include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
@@ -98,7 +103,7 @@ class ChatCompletions(Surface):
         return sse.chat_keepalive()
 
     def error_event(self, status: int, message: str, code: str) -> bytes:
-        return sse.chat_error(message, _error_type(status), code)
+        return sse.chat_error(message, openai_error_type(status), code)
 
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}

@@ -1,0 +1,168 @@
+"""OpenAI Responses (`POST /v1/responses`).
+
+A tool call is a `function_call` item of `output` (`custom_tool_call` for a client's custom tool); a rerun's `input`
+is the input so far, the round's output items, then one `function_call_output` per answered call. Reasoning items
+travel whole (`encrypted_content` included): a reasoning model needs them back with the calls they led to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+
+from .. import sse
+from ..payload import JSONObject
+from . import PATCH_FIELDS, Claims, Surface, ToolResult, field
+from .chat import ERROR_MARKER, openai_error_body, openai_error_type
+
+CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+# Output items a client may replay as input; with `store: false` their ids name nothing the app kept.
+_OUTPUT_TYPES = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "custom_tool_call",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+    }
+)
+
+
+def _output(response: dict[str, Any]) -> list[Any]:
+    output = response.get("output")
+    return output if isinstance(output, list) else []
+
+
+def _is_call(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") in CALL_TYPES
+
+
+def _without(items: list[Any], dropped: set[int]) -> list[Any]:
+    """`items` without the positions in `dropped`, nor a reasoning item whose following item was dropped.
+
+    A reasoning item belongs to the item after it: replayed without it, the API rejects the input.
+    """
+    kept = []
+    for index, item in enumerate(items):
+        if index in dropped:
+            continue
+        if isinstance(item, dict) and item.get("type") == "reasoning" and index + 1 in dropped:
+            continue
+        kept.append(item)
+    return kept
+
+
+class Responses(Surface):
+    name = "responses"
+    provider = "openai"
+    api_surface = "responses"
+    # LiteLLM's Responses-specific methods come first, its shared ones serve hooks that have only those.
+    gates = ("async_should_run_responses_agentic_loop", "async_should_run_agentic_loop")
+    plan_methods = ("async_build_responses_agentic_loop_plan", "async_build_agentic_loop_plan")
+    messages_field = "input"
+    patch_fields: Mapping[str, str] = MappingProxyType(
+        {**PATCH_FIELDS, "messages": "input", "max_tokens": "max_output_tokens"}
+    )
+
+    def messages(self, body: dict[str, Any]) -> Any:
+        """The input items; a string input is one user message, as LiteLLM gives it."""
+        value = body.get("input")
+        return [{"role": "user", "content": value}] if isinstance(value, str) else value
+
+    def rerun_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """With `store: false` the app kept no item: replayed output items go without their ids."""
+        items = body.get("input")
+        if body.get("store") is not False or not isinstance(items, list):
+            return body
+        if any(isinstance(item, dict) and "id" in item and item.get("type") in _OUTPUT_TYPES for item in items):
+            body["input"] = [
+                {key: value for key, value in item.items() if key != "id"}
+                if isinstance(item, dict) and item.get("type") in _OUTPUT_TYPES
+                else item
+                for item in items
+            ]
+        return body
+
+    def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
+        return [item for item in _output(response) if _is_call(item)]
+
+    def call_name(self, call: dict[str, Any]) -> Any:
+        return field(call, "name")
+
+    def call_input(self, call: dict[str, Any]) -> Any:
+        if field(call, "type") == "custom_tool_call":
+            return field(call, "input")
+        arguments = field(call, "arguments")
+        try:
+            return orjson.loads(arguments) if isinstance(arguments, str) else arguments
+        except orjson.JSONDecodeError:
+            return arguments
+
+    def is_claimed(self, call: dict[str, Any], claims: Claims) -> bool:
+        # LiteLLM's gates name a call by its `call_id`; a claim may also give the item's own `id`.
+        return call.get("call_id") in claims.ids or call.get("id") in claims.ids or self.call_name(call) in claims.names
+
+    def token_attributes(self, usage: Any) -> dict[str, Any]:
+        usage = usage if isinstance(usage, dict) else {}
+        return {
+            "gen_ai.usage.input_tokens": usage.get("input_tokens"),
+            "gen_ai.usage.output_tokens": usage.get("output_tokens"),
+        }
+
+    def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
+        output = response.get("output")
+        if not isinstance(output, list):
+            return response
+        claimed = {index for index, item in enumerate(output) if _is_call(item) and self.is_claimed(item, claims)}
+        return JSONObject(response, output=_without(output, claimed))
+
+    def error_body(self, status: int, message: str, code: str) -> bytes:
+        return openai_error_body(status, message, code)
+
+    def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
+        return sse.responses_events(response)
+
+    def keepalive(self) -> bytes:
+        return sse.chat_keepalive()
+
+    def error_event(self, status: int, message: str, code: str) -> bytes:
+        return sse.responses_failed(message, code or openai_error_type(status))
+
+    def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        # `strict` off: the API's strict mode wants every property required and no others allowed.
+        return {"type": "function", "name": name, "description": description, "parameters": schema, "strict": False}
+
+    def declared_name(self, tool: Any) -> Any:
+        return tool.get("name") if isinstance(tool, dict) and tool.get("type") in ("function", "custom") else None
+
+    def follow_up(
+        self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        # The round's items as the model sent them (reasoning and messages too), without the calls left unanswered.
+        answered = {call.get("call_id") for call in calls}
+        output = _output(response)
+        unanswered = {
+            index for index, item in enumerate(output) if _is_call(item) and item.get("call_id") not in answered
+        }
+        outputs = [
+            {
+                "type": "custom_tool_call_output" if call.get("type") == "custom_tool_call" else "function_call_output",
+                "call_id": call.get("call_id"),
+                "output": f"{ERROR_MARKER}{result.content}" if result.is_error else result.content,
+            }
+            for call, result in zip(calls, results, strict=True)
+        ]
+        return [*_without(output, unanswered), *outputs]
