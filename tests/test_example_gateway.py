@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 import subprocess
@@ -159,7 +160,10 @@ async def test_the_responses_route_is_forwarded_with_its_body_and_answer_unchang
         response = await client.post("/v1/responses", content=body, headers={"content-type": "application/json"})
     assert (response.status_code, response.content, response.headers["x-request-id"]) == (200, answer, "r1")
     assert "x-other" not in response.headers
-    assert bodies == [body] and seen[0].url.path == "/v1/responses"
+    assert seen[0].url.path == "/v1/responses"
+    (forwarded,) = (json.loads(sent) for sent in bodies)  # the middleware declared the gateway's server tools
+    assert {**forwarded, "tools": None} == {**json.loads(body), "tools": None}
+    assert [tool["name"] for tool in forwarded["tools"]] == ["web_search"]
 
 
 async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
