@@ -33,17 +33,19 @@ def _pieces(text: str, size: int) -> Iterator[str]:
         yield text[start : start + step]
 
 
-def _event(name: str, data: Mapping[str, Any]) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+def named_event(name: str, payload: Mapping[str, Any]) -> bytes:
+    """A named event."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
-def _data(data: Mapping[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(data) + b"\n\n"
+def data_event(payload: Mapping[str, Any]) -> bytes:
+    """An unnamed event (chat's chunks)."""
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 def messages_ping() -> bytes:
     """A keep-alive the Anthropic SDKs skip, for while tools run before the first event."""
-    return _event("ping", {"type": "ping"})
+    return named_event("ping", {"type": "ping"})
 
 
 def chat_keepalive() -> bytes:
@@ -53,7 +55,7 @@ def chat_keepalive() -> bytes:
 
 def messages_error(error_type: str, message: str) -> bytes:
     """The Messages API's mid-stream error event; the SDKs raise an `APIStatusError` carrying it."""
-    return _event("error", {"type": "error", "error": {"type": error_type, "message": message}})
+    return named_event("error", {"type": "error", "error": {"type": error_type, "message": message}})
 
 
 def chat_error(message: str, type: str = "server_error", code: str | None = None) -> bytes:
@@ -61,7 +63,7 @@ def chat_error(message: str, type: str = "server_error", code: str | None = None
 
     Nothing may follow it: no `[DONE]`, as the stream did not complete.
     """
-    return _data({"error": {"message": message, "type": type, "param": None, "code": code}})
+    return data_event({"error": {"message": message, "type": type, "param": None, "code": code}})
 
 
 def _block_events(index: int, block: Mapping[str, Any], size: int) -> Iterator[bytes]:
@@ -87,19 +89,19 @@ def _block_events(index: int, block: Mapping[str, Any], size: int) -> Iterator[b
         partial = orjson.dumps(block.get("input") or {}).decode()
         deltas += ({"type": "input_json_delta", "partial_json": piece} for piece in _pieces(partial, size))
     # Anything else (redacted_thinking, tool results, unknown types) arrives whole in the start.
-    yield _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+    yield named_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
     for delta in deltas:
-        yield _event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-    yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+        yield named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+    yield named_event("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
-def messages_events(response: Mapping[str, Any], *, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
-    """The Anthropic Messages stream of a complete response: one `message_start` ... `message_stop`.
+def messages_block(index: int, block: Mapping[str, Any], *, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """One content block at `index`: its start, the deltas that fill it, its stop."""
+    return _block_events(index, block, chunk_size)
 
-    `message_start` carries every input-side counter (the SDKs keep them unless `message_delta`
-    repeats them) with `output_tokens` 0: the full count arrives once, in `message_delta`, which
-    the SDKs take as the total, so clients that add the two get it right too.
-    """
+
+def messages_start(response: Mapping[str, Any]) -> bytes:
+    """`message_start` for a response: every input-side counter, `output_tokens` 0, no content yet."""
     usage: dict[str, Any] = dict(response.get("usage") or {})
     message = {
         **response,
@@ -110,17 +112,33 @@ def messages_events(response: Mapping[str, Any], *, chunk_size: int = CHUNK_SIZE
     }
     if "stop_details" in message:
         message["stop_details"] = None
-    yield _event("message_start", {"type": "message_start", "message": message})
-    for index, block in enumerate(response.get("content") or []):
-        yield from _block_events(index, block, chunk_size)
+    return named_event("message_start", {"type": "message_start", "message": message})
+
+
+def messages_end(response: Mapping[str, Any]) -> Iterator[bytes]:
+    """`message_delta` with the stop reason and the whole usage (input side included), then `message_stop`."""
+    usage: dict[str, Any] = dict(response.get("usage") or {})
     delta = {"stop_reason": response.get("stop_reason"), "stop_sequence": response.get("stop_sequence")}
     delta.update({key: response[key] for key in ("stop_details", "container") if response.get(key) is not None})
     final_usage = {key: usage[key] for key in _DELTA_USAGE if usage.get(key) is not None}
     final_usage["output_tokens"] = usage.get("output_tokens") or 0
     if usage.get("output_tokens_details") is not None:
         final_usage["output_tokens_details"] = usage["output_tokens_details"]
-    yield _event("message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage})
-    yield _event("message_stop", {"type": "message_stop"})
+    yield named_event("message_delta", {"type": "message_delta", "delta": delta, "usage": final_usage})
+    yield named_event("message_stop", {"type": "message_stop"})
+
+
+def messages_events(response: Mapping[str, Any], *, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """The Anthropic Messages stream of a complete response: one `message_start` ... `message_stop`.
+
+    `message_start` carries every input-side counter (the SDKs keep them unless `message_delta`
+    repeats them) with `output_tokens` 0: the full count arrives once, in `message_delta`, which
+    the SDKs take as the total, so clients that add the two get it right too.
+    """
+    yield messages_start(response)
+    for index, block in enumerate(response.get("content") or []):
+        yield from _block_events(index, block, chunk_size)
+    yield from messages_end(response)
 
 
 def _choice_deltas(message: Mapping[str, Any], size: int) -> Iterator[dict[str, Any]]:
@@ -149,12 +167,11 @@ def _choice_deltas(message: Mapping[str, Any], size: int) -> Iterator[dict[str, 
             yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
 
 
-def chat_chunks(response: Mapping[str, Any], include_usage: bool, *, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
-    """The Chat Completions stream of a complete response: chunks, the usage chunk if asked, `[DONE]`.
+DONE = b"data: [DONE]\n\n"
 
-    Choices go one after another, each ending on a chunk with its `finish_reason`; with
-    `include_usage` every chunk carries `usage: null` and a last one, with no choices, the usage.
-    """
+
+def chat_base(response: Mapping[str, Any], include_usage: bool) -> dict[str, Any]:
+    """The fields every chunk of a response's stream repeats."""
     base: dict[str, Any] = {
         "id": response.get("id"),
         "object": "chat.completion.chunk",
@@ -164,22 +181,57 @@ def chat_chunks(response: Mapping[str, Any], include_usage: bool, *, chunk_size:
     base.update({key: response[key] for key in ("system_fingerprint", "service_tier") if key in response})
     if include_usage:
         base["usage"] = None
-    for position, choice in enumerate(response.get("choices") or []):
-        index = choice.get("index", position)
-        for delta in _choice_deltas(choice.get("message") or {}, chunk_size):
-            yield _data(
-                {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
+    return base
+
+
+def chat_choice(
+    base: Mapping[str, Any],
+    choice: Mapping[str, Any],
+    position: int,
+    *,
+    opened: bool = False,
+    chunk_size: int = CHUNK_SIZE,
+) -> Iterator[bytes]:
+    """One choice's chunks, ending on its `finish_reason`; without the role delta when the client has it."""
+    index = choice.get("index", position)
+    deltas = _choice_deltas(choice.get("message") or {}, chunk_size)
+    if opened:
+        first = next(deltas)
+        first.pop("role", None)
+        if any(value not in ("", None) for value in first.values()):
+            yield data_event(
+                {**base, "choices": [{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]}
             )
-        last = {
-            "index": index,
-            "delta": {},
-            "logprobs": choice.get("logprobs"),
-            "finish_reason": choice.get("finish_reason"),
-        }
-        yield _data({**base, "choices": [last]})
+    for delta in deltas:
+        yield data_event(
+            {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
+        )
+    last = {
+        "index": index,
+        "delta": {},
+        "logprobs": choice.get("logprobs"),
+        "finish_reason": choice.get("finish_reason"),
+    }
+    yield data_event({**base, "choices": [last]})
+
+
+def chat_end(base: Mapping[str, Any], usage: Any, include_usage: bool) -> Iterator[bytes]:
+    """The usage chunk (when the client asked for it), then `[DONE]`."""
     if include_usage:
-        yield _data({**base, "choices": [], "usage": response.get("usage")})
-    yield b"data: [DONE]\n\n"
+        yield data_event({**base, "choices": [], "usage": usage})
+    yield DONE
+
+
+def chat_chunks(response: Mapping[str, Any], include_usage: bool, *, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """The Chat Completions stream of a complete response: chunks, the usage chunk if asked, `[DONE]`.
+
+    Choices go one after another, each ending on a chunk with its `finish_reason`; with
+    `include_usage` every chunk carries `usage: null` and a last one, with no choices, the usage.
+    """
+    base = chat_base(response, include_usage)
+    for position, choice in enumerate(response.get("choices") or []):
+        yield from chat_choice(base, choice, position, chunk_size=chunk_size)
+    yield from chat_end(base, response.get("usage"), include_usage)
 
 
 def _responses_item_events(
@@ -269,7 +321,7 @@ class ResponsesSequence:
 
     def __call__(self, kind: str, **data: Any) -> bytes:
         number, self.next = self.next, self.next + 1
-        return _event(kind, {"type": kind, "sequence_number": number, **data})
+        return named_event(kind, {"type": kind, "sequence_number": number, **data})
 
 
 # The event that ends a Responses stream, by the response's status.

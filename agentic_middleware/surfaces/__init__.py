@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from ..sse_reader import ServerSentEvent
+
 
 class ToolResult(NamedTuple):
     """What a server tool gave for one call: the text the model reads, and whether it is an error."""
@@ -70,6 +72,56 @@ def claims_of(gate_answers: Iterable[dict[str, Any]]) -> Claims:
 PATCH_FIELDS: Mapping[str, str] = MappingProxyType(
     {"model": "model", "messages": "messages", "tools": "tools", "max_tokens": "max_tokens"}
 )
+
+
+class StreamMismatch(Exception):
+    """The loop's final answer does not continue what the client of a live stream already has."""
+
+
+class AppStreamError(Exception):
+    """The app's event stream carried an error; `body` is that error as the route's JSON error body."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body.decode(errors="replace"))
+        self.body = body
+
+
+class StreamRelay(ABC):
+    """One streaming client's response in one wire format, across every round of its loop (`Surface.relay`).
+
+    The live stream makes one per client request. Each call of the model app is a round: `begin_round`,
+    then `feed` with each of the app's events in order; what `feed` returns goes to the client at once.
+    Text and thinking go out as they come; tool calls, and the round's end, are held, since only at the
+    end of the round can a hook claim them. Whatever goes out is rewritten to belong to one client
+    stream (one message start, increasing block indexes, one id). At the end of the round `body` is the
+    answer the hooks judge. When the loop is done, `finish` ends the client's stream with its answer.
+    """
+
+    @abstractmethod
+    def begin_round(self) -> None:
+        """A new call of the app: what the last round held back is dropped (a hook claimed it), never sent."""
+
+    @abstractmethod
+    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        """The client's events for one of the app's events, to send now; empty when held back or only read.
+
+        Raises `AppStreamError` for the app's error event; any other exception means an unreadable stream.
+        """
+
+    @abstractmethod
+    def body(self) -> dict[str, Any] | None:
+        """The round's answer exactly as the app returns it without streaming; None if its stream ended early."""
+
+    @abstractmethod
+    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+        """The events that end the client's stream with `final`, the loop's answer (hooks applied, usage summed).
+
+        What the client has of the last round must begin `final`: the rest of it goes out (the held events
+        as the app sent them, when `final` is the round's own answer), then the route's closing events.
+        With `fresh`, `final` replaces the last round (a `response_override`) and follows what was sent.
+        Also called when nothing was streamed (the app answered JSON): then it writes the whole stream.
+        Raises `StreamMismatch` when `final` does not continue what the client has.
+        """
 
 
 class Surface(ABC):
@@ -133,6 +185,14 @@ class Surface(ABC):
     @abstractmethod
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
         """A final response as the SSE events a streaming client of this route expects."""
+
+    def relay(self, stream_options: Any) -> StreamRelay | None:
+        """A relay for one live stream, given the client's `stream_options`; None: this format streams buffered."""
+        return None
+
+    def streaming_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request body of a live call: what the relay needs from the app added (chat asks for usage)."""
+        return body
 
     @abstractmethod
     def keepalive(self) -> bytes:

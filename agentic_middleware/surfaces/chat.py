@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from .. import sse
 from ..payload import JSONObject
-from . import Claims, Surface, ToolResult, field, with_id
+from ..sse_reader import ServerSentEvent
+from . import AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
 
 ERROR_MARKER = "Error: "
 
@@ -35,6 +36,10 @@ def _messages(response: dict[str, Any]) -> list[dict[str, Any]]:
 def _calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     calls = message.get("tool_calls")
     return [call for call in (calls if isinstance(calls, list) else ()) if isinstance(call, dict)]
+
+
+def _include_usage(stream_options: Any) -> bool:
+    return isinstance(stream_options, dict) and stream_options.get("include_usage") is True
 
 
 class ChatCompletions(Surface):
@@ -96,8 +101,16 @@ class ChatCompletions(Surface):
         return openai_error_body(status, message, code)
 
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
-        include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
-        return sse.chat_chunks(response, include_usage)
+        return sse.chat_chunks(response, _include_usage(stream_options))
+
+    def relay(self, stream_options: Any) -> StreamRelay:
+        return ChatRelay(_include_usage(stream_options))
+
+    def streaming_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            return body
+        return {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
 
     def keepalive(self) -> bytes:
         return sse.chat_keepalive()
@@ -134,3 +147,214 @@ class ChatCompletions(Surface):
                 for call, result in zip(calls, results, strict=True)
             ),
         ]
+
+
+_NOTHING: tuple[bytes, ...] = ()
+_TOP_FIELDS = ("system_fingerprint", "service_tier")
+_SET_FIELDS = frozenset({"role", "id", "type", "name", "index"})  # repeated whole, never appended to
+_SEPARATOR = "\n\n"  # between the text of two rounds, which a chat client reads as one string
+
+
+class ChatRelay(StreamRelay):
+    """A Chat Completions stream across rounds: one `id` and `created`, the role sent once per choice, the
+    text of later rounds set off from earlier text by a blank line, and one finish, usage and `[DONE]`.
+
+    Within a round, everything from the first tool call delta or `finish_reason` on is held; the usage
+    chunk (asked of the app for summing) is read, and reaches the client only if it asked for usage.
+    """
+
+    def __init__(self, include_usage: bool) -> None:
+        self.include_usage = include_usage
+        self.head: tuple[Any, Any] | None = None  # the client's `id` and `created`
+        self.opened: set[int] = set()  # choices whose role went out
+        self.texted: set[int] = set()  # choices with text from earlier rounds
+        self.sent: dict[int, dict[str, Any]] = {}
+        self.holding = False
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        self.texted |= {index for index, message in self.sent_messages().items() if message.get("content")}
+        self.sent = {}  # the messages as they stood when holding began: what the client has of this round
+        self.separated: set[int] = set()
+        self.holding = False
+        self.held: list[bytes] = []
+        self.top: dict[str, Any] | None = None
+        self.choices = {}
+        self.calls: dict[int, dict[int, dict[str, Any]]] = {}
+        self.usage: Any = None
+
+    def sent_messages(self) -> dict[int, dict[str, Any]]:
+        if self.holding:
+            return self.sent
+        return {index: choice["message"] for index, choice in self.choices.items()}
+
+    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        if event.data == b"[DONE]":
+            return _NOTHING
+        chunk = orjson.loads(event.data)
+        if chunk.get("error"):
+            raise AppStreamError(event.data)
+        if self.top is None:
+            self.top = {key: chunk.get(key) for key in ("id", "created", "model")}
+            self.top.update({key: chunk[key] for key in _TOP_FIELDS if key in chunk})
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices:
+            return _NOTHING  # the usage chunk: the client's comes at the end, summed
+        if not self.holding and any(
+            choice.get("finish_reason") is not None
+            or (choice.get("delta") or {}).keys() & {"tool_calls", "function_call"}
+            for choice in choices
+        ):
+            self.holding = True
+            self.sent = {index: dict(choice["message"]) for index, choice in self.choices.items()}
+        for choice in choices:
+            self.read_choice(choice)
+        client = self.client_chunk(event, chunk, choices)
+        if self.holding:
+            self.held.append(client)
+            return _NOTHING
+        return (client,)
+
+    def read_choice(self, choice: dict[str, Any]) -> None:
+        index = choice.get("index", 0)
+        state = self.choices.get(index)
+        if state is None:
+            state = self.choices[index] = {"message": {}, "finish_reason": None, "logprobs": None}
+        delta = choice.get("delta") or {}
+        calls = delta.get("tool_calls")
+        if calls:
+            known = self.calls.setdefault(index, {})
+            for call in calls:
+                _merge(known.setdefault(call.get("index", 0), {}), call)
+        _merge(state["message"], {key: value for key, value in delta.items() if key != "tool_calls"})
+        if choice.get("finish_reason") is not None:
+            state["finish_reason"] = choice["finish_reason"]
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict):
+            known_logprobs = state["logprobs"] = state["logprobs"] or {}
+            for key, value in logprobs.items():
+                old = known_logprobs.get(key)
+                known_logprobs[key] = old + value if isinstance(old, list) and isinstance(value, list) else value
+
+    def client_chunk(self, event: ServerSentEvent, chunk: dict[str, Any], choices: list[Any]) -> bytes:
+        """The chunk as the client gets it: rewritten only where it has to be."""
+        rewritten = False
+        head = (chunk.get("id"), chunk.get("created"))
+        if self.head is None:
+            self.head = head
+        elif head != self.head:
+            chunk["id"], chunk["created"] = self.head
+            rewritten = True
+        if not self.include_usage and "usage" in chunk:
+            del chunk["usage"]
+            rewritten = True
+        for choice in choices:
+            index = choice.get("index", 0)
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                continue
+            if "role" in delta:
+                if index in self.opened:
+                    del delta["role"]
+                    rewritten = True
+                self.opened.add(index)
+            text = delta.get("content")
+            if index in self.texted and index not in self.separated and isinstance(text, str) and text:
+                delta["content"] = _SEPARATOR + text
+                self.separated.add(index)
+                rewritten = True
+        return sse.data_event(chunk) if rewritten or event.event else event.encode()
+
+    def body(self) -> dict[str, Any] | None:
+        if self.top is None or not self.choices:
+            return None
+        choices = []
+        for index in sorted(self.choices):
+            state = self.choices[index]
+            if state["finish_reason"] is None:
+                return None
+            message = {"role": "assistant", "content": None, **state["message"]}
+            if calls := self.calls.get(index):
+                message["tool_calls"] = [
+                    {key: value for key, value in calls[position].items() if key != "index"}
+                    for position in sorted(calls)
+                ]
+            choice = {"index": index, "message": message, "finish_reason": state["finish_reason"]}
+            if state["logprobs"] is not None:
+                choice["logprobs"] = state["logprobs"]
+            choices.append(choice)
+        body = {
+            "id": self.top["id"],
+            "object": "chat.completion",
+            "created": self.top["created"],
+            "model": self.top["model"],
+            **{key: self.top[key] for key in _TOP_FIELDS if key in self.top},
+            "choices": choices,
+        }
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return body
+
+    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+        choices = final.get("choices")
+        choices = choices if isinstance(choices, list) else []
+        head_id, created = self.head or (final.get("id"), final.get("created"))
+        base = sse.chat_base({**final, "id": head_id, "created": created}, self.include_usage)
+        events: list[bytes] = []
+        answer = None if fresh else self.body()
+        if answer is not None and choices == answer["choices"]:
+            events += self.held
+        else:
+            sent = {} if fresh else self.sent_messages()
+            indexes = set()
+            for position, choice in enumerate(choices):
+                index = choice.get("index", position) if isinstance(choice, dict) else position
+                indexes.add(index)
+                message = choice.get("message") if isinstance(choice, dict) else None
+                rest = _rest(message if isinstance(message, dict) else {}, sent.get(index, {}))
+                text = rest.get("content")
+                if index in self.texted and not sent.get(index, {}).get("content") and isinstance(text, str) and text:
+                    rest["content"] = _SEPARATOR + text
+                events += sse.chat_choice(base, {**choice, "message": rest}, position, opened=index in self.opened)
+            if any(message.get("content") for index, message in sent.items() if index not in indexes):
+                raise StreamMismatch("the answer lacks a choice whose text was already streamed")
+        events += sse.chat_end(base, final.get("usage"), self.include_usage)
+        return events
+
+
+def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    """Add a delta to what was read: strings are appended (ids, types, names and roles replace), objects
+    merged, anything else replaces; a null never erases."""
+    for key, value in delta.items():
+        old = target.get(key)
+        if value is None:
+            target.setdefault(key, None)
+        elif isinstance(old, str) and isinstance(value, str) and key not in _SET_FIELDS:
+            target[key] = old + value
+        elif isinstance(old, dict) and isinstance(value, dict):
+            merged = dict(old)
+            _merge(merged, value)
+            target[key] = merged
+        else:
+            target[key] = value
+
+
+def _rest(message: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]:
+    """What of `message` the client does not have, given what it was sent of it."""
+    rest = dict(message)
+    for key, value in sent.items():
+        if key == "role" or value is None:
+            continue
+        have = message.get(key)
+        if isinstance(value, str):
+            if not isinstance(have, str) or not have.startswith(value):
+                raise StreamMismatch(f"the answer's {key} differs from what was already streamed")
+            rest[key] = have[len(value) :]
+        elif have != value:
+            raise StreamMismatch(f"the answer's {key} differs from what was already streamed")
+        else:
+            del rest[key]
+    return rest

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from .. import sse
 from ..payload import JSONObject
-from . import Claims, Surface, ToolResult, with_id
+from ..sse_reader import ServerSentEvent
+from . import AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -71,6 +72,9 @@ class Messages(Surface):
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
         return sse.messages_events(response)
 
+    def relay(self, stream_options: Any) -> StreamRelay:
+        return MessagesRelay()
+
     def keepalive(self) -> bytes:
         return sse.messages_ping()
 
@@ -99,3 +103,133 @@ class Messages(Surface):
             for call, result in zip(calls, results, strict=True)
         ]
         return [{"role": "assistant", "content": content}, {"role": "user", "content": tool_results}]
+
+
+_NOTHING: tuple[bytes, ...] = ()
+
+
+class MessagesRelay(StreamRelay):
+    """A Messages stream across rounds: the first `message_start`, blocks renumbered to follow the earlier
+    rounds' blocks, and one `message_delta` and `message_stop` at the very end.
+
+    Within a round, everything from the first `tool_use` block on is held: tool calls come last, and
+    holding the rest keeps the client's blocks in the app's order.
+    """
+
+    def __init__(self) -> None:
+        self.started = False  # the client has a `message_start`
+        self.base = 0  # the client's index of this round's first block
+        self.sent = 0  # blocks of this round that went out
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        self.base += self.sent
+        self.sent = 0
+        self.holding = False
+        self.held: list[bytes] = []
+        self.message: dict[str, Any] | None = None
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.partial: dict[int, list[str]] = {}
+        self.stopped = False
+
+    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        payload = orjson.loads(event.data)
+        kind = payload.get("type") or event.event
+        if kind == "content_block_delta":
+            index = payload["index"]
+            delta = payload["delta"]
+            block = self.blocks[index]
+            match delta.get("type"):
+                case "text_delta":
+                    block["text"] = block.get("text", "") + delta["text"]
+                case "input_json_delta":
+                    self.partial.setdefault(index, []).append(delta["partial_json"])
+                case "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                case "signature_delta":
+                    block["signature"] = delta["signature"]
+                case "citations_delta":
+                    block.setdefault("citations", []).append(delta["citation"])
+                case _:
+                    _merge(block, {key: value for key, value in delta.items() if key != "type"})
+            return self.out(event, kind, payload)
+        if kind == "content_block_start":
+            index = payload["index"]
+            block = self.blocks[index] = dict(payload["content_block"])
+            if block.get("type") == "tool_use":
+                self.holding = True
+            if not self.holding:
+                self.sent += 1
+            return self.out(event, kind, payload)
+        if kind == "content_block_stop":
+            index = payload["index"]
+            partial = self.partial.pop(index, None)
+            if partial and (text := "".join(partial)):
+                self.blocks[index]["input"] = orjson.loads(text)
+            return self.out(event, kind, payload)
+        if kind == "message_start":
+            self.message = dict(payload["message"])
+            if self.started:
+                return _NOTHING
+            self.started = True
+            return (event.encode() if event.event == kind else sse.named_event(kind, payload),)
+        if kind == "message_delta":
+            assert self.message is not None, "message_delta before message_start"
+            self.message.update(payload.get("delta") or {})
+            usage = payload.get("usage") or {}
+            self.message["usage"] = {
+                **(self.message.get("usage") or {}),
+                **{key: value for key, value in usage.items() if value is not None},
+            }
+            return _NOTHING
+        if kind == "message_stop":
+            self.stopped = True
+            return _NOTHING
+        if kind == "error":
+            raise AppStreamError(event.data)
+        if kind == "ping":
+            return _NOTHING  # the live stream sends its own keep-alives
+        return self.out(event, kind, payload)  # an event type this version does not know: as it came
+
+    def out(self, event: ServerSentEvent, kind: str, payload: dict[str, Any]) -> Sequence[bytes]:
+        if self.base and "index" in payload:
+            payload["index"] += self.base
+            client = sse.named_event(kind, payload)
+        else:
+            client = event.encode() if event.event == kind else sse.named_event(kind, payload)
+        if self.holding:
+            self.held.append(client)
+            return _NOTHING
+        return (client,)
+
+    def body(self) -> dict[str, Any] | None:
+        if self.message is None or not self.stopped:
+            return None
+        return {**self.message, "content": [self.blocks[index] for index in sorted(self.blocks)]}
+
+    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+        events: list[bytes] = []
+        if not self.started:
+            events.append(sse.messages_start(final))
+            self.started = True
+        content = final.get("content")
+        content = content if isinstance(content, list) else []
+        answer = None if fresh else self.body()
+        if answer is not None and content == answer["content"]:
+            events += self.held
+        else:
+            sent = [] if fresh else [self.blocks[index] for index in range(self.sent)]
+            if content[: len(sent)] != sent:
+                raise StreamMismatch("the answer's content differs from the blocks already streamed")
+            first = self.base + self.sent
+            for position, block in enumerate(content[len(sent) :]):
+                events += sse.messages_block(first + position, block)
+        events += sse.messages_end(final)
+        return events
+
+
+def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    """A delta of a kind this version does not know: strings are appended, anything else replaces."""
+    for key, value in delta.items():
+        old = target.get(key)
+        target[key] = old + value if isinstance(old, str) and isinstance(value, str) else value

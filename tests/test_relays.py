@@ -1,0 +1,230 @@
+"""Stream relays: the answer read from any chunking of a round's stream is the JSON body, and the
+client's stream across rounds is one that the SDKs' accumulators parse."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from streams import anthropic_final, cut, openai_final, sdk_dump
+
+from agentic_middleware import sse
+from agentic_middleware.observe import sum_usage
+from agentic_middleware.sse_reader import ServerSentEvent, SSEReader
+from agentic_middleware.surfaces import AppStreamError, StreamMismatch, StreamRelay, surfaces
+from agentic_middleware.testing import chat_completion, message, tool_call, tool_use
+
+MESSAGES = surfaces()["messages"]
+CHAT = surfaces()["chat_completions"]
+SERVER_TOOL = "lookup"
+
+texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+inputs = st.dictionaries(st.sampled_from(["q", "n", "é"]), st.one_of(st.integers(-(2**53), 2**53), texts), max_size=3)
+
+
+@st.composite
+def messages_round(draw: st.DrawFn, final: bool) -> dict[str, Any]:
+    leading = draw(
+        st.lists(
+            st.one_of(
+                texts.map(lambda text: {"type": "text", "text": text}),
+                st.tuples(texts, texts).map(lambda t: {"type": "thinking", "thinking": t[0], "signature": t[1]}),
+            ),
+            max_size=3,
+        )
+    )
+    calls = [tool_use("client_tool", value) for value in draw(st.lists(inputs, max_size=2))]
+    if not final:
+        calls += [tool_use(SERVER_TOOL, value) for value in draw(st.lists(inputs, min_size=1, max_size=2))]
+        calls = draw(st.permutations(calls))
+    usage = {"input_tokens": draw(st.integers(0, 500)), "output_tokens": draw(st.integers(0, 500))}
+    return message(*leading, *calls, usage=usage)
+
+
+@st.composite
+def chat_round(draw: st.DrawFn, final: bool) -> dict[str, Any]:
+    content = draw(st.one_of(st.none(), texts))
+    calls = [tool_call("client_tool", value) for value in draw(st.lists(inputs, max_size=2))]
+    if not final:
+        calls += [tool_call(SERVER_TOOL, value) for value in draw(st.lists(inputs, min_size=1, max_size=2))]
+        calls = draw(st.permutations(calls))
+    tokens = draw(st.integers(0, 500)), draw(st.integers(0, 500))
+    usage = {"prompt_tokens": tokens[0], "completion_tokens": tokens[1], "total_tokens": sum(tokens)}
+    return chat_completion(content=content, tool_calls=calls or None, usage=usage)
+
+
+def relay_round(relay: StreamRelay, stream: bytes, cuts: list[int]) -> list[bytes]:
+    """Feed one round's stream, cut at `cuts`, through a reader and the relay; what the client got now."""
+    relay.begin_round()
+    reader = SSEReader()
+    sent: list[bytes] = []
+    for chunk in cut(stream, cuts):
+        for event in reader.feed(chunk):
+            sent += relay.feed(event)
+    return sent
+
+
+def same_json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+rounds_settings = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@rounds_settings
+@given(data=st.data(), count=st.integers(1, 3), chunk_size=st.integers(1, 12))
+def test_messages_rounds_accumulate_exactly_and_the_client_stream_parses(
+    data: st.DataObject, count: int, chunk_size: int
+) -> None:
+    bodies = [data.draw(messages_round(final=number == count - 1)) for number in range(count)]
+    relay = MESSAGES.relay(None)
+    assert relay is not None
+    client: list[bytes] = []
+    expected: list[dict[str, Any]] = []
+    for body in bodies:
+        stream = b"".join(sse.messages_events(body, chunk_size=chunk_size))
+        client += relay_round(relay, stream, data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
+        assert same_json(relay.body()) == same_json(body)  # what the hooks judge: the JSON body itself
+        blocks = body["content"]
+        first_call = next((i for i, b in enumerate(blocks) if b["type"] == "tool_use"), len(blocks))
+        expected += blocks if body is bodies[-1] else blocks[:first_call]
+    final = {**bodies[-1], "usage": sum_usage([body["usage"] for body in bodies])}
+    client += relay.finish(same_json(final))
+
+    assert b'"name":"lookup"' not in b"".join(client)  # a server tool call never reaches the client
+    got = sdk_dump(asyncio.run(anthropic_final(client)))
+    assert got["content"] == sdk_dump(anthropic.types.Message.model_validate({**final, "content": expected}))["content"]
+    assert got["stop_reason"] == final["stop_reason"]
+    assert got["usage"]["input_tokens"] == final["usage"]["input_tokens"]
+    assert got["usage"]["output_tokens"] == final["usage"]["output_tokens"]
+    assert got["id"] == bodies[0]["id"]
+
+
+@rounds_settings
+@given(data=st.data(), count=st.integers(1, 3), chunk_size=st.integers(1, 12), include_usage=st.booleans())
+def test_chat_rounds_accumulate_exactly_and_the_client_stream_parses(
+    data: st.DataObject, count: int, chunk_size: int, include_usage: bool
+) -> None:
+    bodies = [data.draw(chat_round(final=number == count - 1)) for number in range(count)]
+    relay = CHAT.relay({"include_usage": include_usage})
+    assert relay is not None
+    client: list[bytes] = []
+    for body in bodies:
+        stream = b"".join(sse.chat_chunks(body, include_usage=True, chunk_size=chunk_size))  # as asked of the app
+        client += relay_round(relay, stream, data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
+        assert same_json(relay.body()) == same_json(body)
+    final = {**bodies[-1], "usage": sum_usage([body["usage"] for body in bodies])}
+    client += relay.finish(same_json(final))
+
+    stream = b"".join(client)
+    assert b'"name":"lookup"' not in stream
+    assert stream.count(b"[DONE]") == 1 and stream.endswith(b"data: [DONE]\n\n")
+    chunks = [orjson.loads(line[6:]) for line in stream.split(b"\n\n") if line.startswith(b"data: {")]
+    assert {(chunk["id"], chunk["created"]) for chunk in chunks} == {(bodies[0]["id"], bodies[0]["created"])}
+    usages = [chunk["usage"] for chunk in chunks if chunk.get("usage")]
+    assert usages == ([final["usage"]] if include_usage else [])
+    assert all(("usage" in chunk) == include_usage for chunk in chunks)
+
+    got = sdk_dump(asyncio.run(openai_final(client)))
+    choice = got["choices"][0]
+    texts = [body["choices"][0]["message"]["content"] for body in bodies]
+    assert (choice["message"]["content"] or "") == "\n\n".join(text for text in texts if text)
+    assert choice["message"]["role"] == "assistant"
+    final_calls = final["choices"][0]["message"].get("tool_calls") or []
+
+    def calls(listed: Any) -> list[tuple[str, str, str]]:
+        return [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in listed or []]
+
+    assert calls(choice["message"]["tool_calls"]) == calls(final_calls)
+    assert choice["finish_reason"] == final["choices"][0]["finish_reason"]
+
+
+def test_held_events_go_out_as_the_app_sent_them_when_no_hook_acts() -> None:
+    body = message("Checking.", tool_use("client_tool", {"x": "y" * 50}, id="toolu_c"))
+    stream = b"".join(sse.messages_events(body, chunk_size=7))
+    relay = MESSAGES.relay(None)
+    assert relay is not None
+    now = relay_round(relay, stream, [])
+    rest = relay.finish(same_json(body))
+    events = [event for chunk in now + rest for event in SSEReader().feed(chunk)]
+    app_events = SSEReader().feed(stream)
+    assert events == [event for event in app_events if event.event != "ping"]
+    assert len(now) == 5  # message_start and the text block (two deltas) went out at once; the call was held
+
+
+def test_a_response_override_follows_what_was_streamed_as_new_blocks() -> None:
+    relay = MESSAGES.relay(None)
+    assert relay is not None
+    first = message("Let me look.", tool_use(SERVER_TOOL, {"q": 1}))
+    client = relay_round(relay, b"".join(sse.messages_events(first)), [5, 50])
+    override = message("The override.")
+    client += relay.finish(same_json(override), fresh=True)
+    got = asyncio.run(anthropic_final(client))
+    assert [block.text for block in got.content if block.type == "text"] == ["Let me look.", "The override."]
+
+
+@pytest.mark.parametrize("surface", [MESSAGES, CHAT], ids=["messages", "chat"])
+def test_a_final_answer_that_rewrites_streamed_text_is_refused(surface: Any) -> None:
+    relay = surface.relay(None)
+    if surface is MESSAGES:
+        body, changed = message("The secret is 42."), message("The secret is [redacted].")
+        stream = b"".join(sse.messages_events(body))
+    else:
+        body, changed = chat_completion("The secret is 42."), chat_completion("The secret is [redacted].")
+        stream = b"".join(sse.chat_chunks(body, include_usage=True))
+    relay_round(relay, stream, [])
+    with pytest.raises(StreamMismatch):
+        relay.finish(same_json(changed))
+    extended = same_json(body)  # an answer that only adds to what went out is fine
+    if surface is MESSAGES:
+        extended["content"].append({"type": "text", "text": "Appended."})
+    else:
+        extended["choices"][0]["message"]["content"] += " Appended."
+    assert b"Appended." in b"".join(relay.finish(extended))
+
+
+def test_nothing_streamed_writes_the_whole_answer() -> None:
+    body = chat_completion("All at once.", usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
+    relay = CHAT.relay({"include_usage": True})
+    assert relay is not None
+    assert b"".join(relay.finish(body)) == b"".join(sse.chat_chunks(body, include_usage=True))
+
+
+@pytest.mark.parametrize(
+    ("surface", "event"),
+    [
+        (MESSAGES, ServerSentEvent("error", b'{"type":"error","error":{"type":"overloaded_error","message":"busy"}}')),
+        (CHAT, ServerSentEvent("", b'{"error":{"message":"busy","type":"server_error"}}')),
+    ],
+    ids=["messages", "chat"],
+)
+def test_the_apps_error_event_is_raised_with_its_body(surface: Any, event: ServerSentEvent) -> None:
+    relay = surface.relay(None)
+    relay.begin_round()
+    with pytest.raises(AppStreamError) as raised:
+        relay.feed(event)
+    assert raised.value.body == event.data
+
+
+def test_a_round_whose_stream_ends_early_has_no_body() -> None:
+    stream = b"".join(sse.messages_events(message("cut short")))
+    relay = MESSAGES.relay(None)
+    assert relay is not None
+    relay_round(relay, stream[: len(stream) // 2], [])
+    assert relay.body() is None
+    chat = CHAT.relay(None)
+    assert chat is not None
+    relay_round(chat, b"".join(list(sse.chat_chunks(chat_completion("x"), include_usage=True))[:2]), [])
+    assert chat.body() is None
+
+
+def test_chat_asks_the_app_for_usage_and_keeps_the_clients_options() -> None:
+    assert CHAT.streaming_request({"stream": True})["stream_options"] == {"include_usage": True}
+    body = {"stream": True, "stream_options": {"include_obfuscation": False}}
+    assert CHAT.streaming_request(body)["stream_options"] == {"include_obfuscation": False, "include_usage": True}
+    assert MESSAGES.streaming_request(body) is body
