@@ -1,11 +1,14 @@
-"""Watching the client of a looped request, so that the loop stops at once when it goes away."""
+"""Watching the client of a looped request, so that the loop stops and writing ends at once when it goes away."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
-from starlette.types import Message, Receive
+from starlette.types import Message, Receive, Send
+
+logger = logging.getLogger("agentic_middleware")
 
 
 class ClientWatch:
@@ -55,3 +58,39 @@ class ClientWatch:
         assert self.disconnected is not None
         await self.disconnected.wait()
         return {"type": "http.disconnect"}
+
+
+class ClientWriter:
+    """The client's `send` for everything the middleware writes itself: it stops for good once the client left.
+
+    The signs that it left: the watcher heard a disconnect, or a send raised. Servers differ in what a write
+    to a closed connection does (uvicorn and daphne drop it, hypercorn and granian log every one, others
+    raise an `OSError`), so the writer decides alone and drops the rest of the response: nothing reaches the
+    server after the first sign. While the client is watched, each write that continues a stream first lets the
+    event loop run once, so that a disconnect the server noticed reaches the watcher even while a long answer
+    is written in a tight loop.
+    """
+
+    def __init__(self, send: Send, client: ClientWatch | None = None) -> None:
+        self.send = send
+        self.client = client
+        self.failed = False
+        self.started = False  # a response start was written (or attempted): no other response may begin
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client is known to be gone: nothing more will be written."""
+        return self.failed or (self.client is not None and self.client.gone)
+
+    async def __call__(self, message: Message) -> None:
+        if message.get("more_body") and self.client is not None and self.client.watcher is not None:
+            await asyncio.sleep(0)
+        if self.closed:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        try:
+            await self.send(message)
+        except Exception:  # the server's sign that the connection is closed, in whatever type it has
+            self.failed = True
+            logger.debug("writing to the client failed: the rest of the response is dropped", exc_info=True)

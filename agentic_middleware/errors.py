@@ -55,3 +55,12 @@ class ModelAppTimeout(ModelAppError):
     code = "model_app_timeout"
     ended_by = "timeout"
     summary = "the model app timed out"
+
+
+class LoopCancelled(LoopError):
+    """The request's task was cancelled from outside, as a server does to requests still running at shut-down."""
+
+    status = 503
+    code = "agentic_loop_cancelled"
+    ended_by = "cancelled"
+    summary = "the request was cancelled: the server is stopping"

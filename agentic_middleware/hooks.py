@@ -8,12 +8,12 @@ plan or patch may be ours, LiteLLM's pydantic model, or a plain dict.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from .concurrency import awaitable
 from .errors import ConfigurationError, HookError
 
 
@@ -205,7 +205,9 @@ class BoundHook:
             raise ConfigurationError(f"{hook!r} is not a hook: it has none of the methods {', '.join(HOOK_METHODS)}")
         self.hook = hook
         self.name = type(hook).__qualname__
-        self.methods = {name: _overridden(hook, name) for name in HOOK_METHODS}
+        found = {name: _overridden(hook, name) for name in HOOK_METHODS}
+        # Decided once here: `async def` methods are awaited as they are, plain `def` ones run in a worker thread.
+        self.methods = {name: None if method is None else awaitable(method) for name, method in found.items()}
         if not any(self.methods.values()):
             logging.getLogger("agentic_middleware").warning(
                 "hook %s overrides none of the agentic loop methods: it will never act", self.name
@@ -226,9 +228,7 @@ class BoundHook:
         function = self.methods[method]
         assert function is not None, method
         try:
-            result = function(**arguments)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await function(**arguments)
         except Exception as error:
             raise HookError(self.name, method, f"{type(error).__name__}: {error}") from error
         except asyncio.CancelledError as error:

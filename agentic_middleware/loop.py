@@ -21,10 +21,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start
 from .config import Settings, loop_limit
-from .disconnect import ClientWatch
+from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
 from .encode import BodyEncoder
-from .errors import ConfigurationError, HookError, LoopError, LoopTimeout
+from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
 from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
 from .observe import (
     ENDED_BY_HEADER,
@@ -116,6 +116,7 @@ class AgenticLoop:
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
         self.client = ClientWatch(receive)
+        self.write = ClientWriter(send, self.client)  # what the loop itself writes stops once the client left
         self.deadline: asyncio.Timeout | None = None
         self.stop_reason = "finished"
         self.plan_stop_reason: str | None = None
@@ -127,9 +128,7 @@ class AgenticLoop:
         self.events: EventStream | None = None
         if streaming:
             self.dispatch.forward = False
-            self.events = EventStream(
-                send, surface, stream_options, settings.stream_keepalive, lambda: self.client.gone
-            )
+            self.events = EventStream(self.write, surface, stream_options, settings.stream_keepalive)
 
     @property
     def logging_obj(self) -> AgenticLoopLogging:
@@ -166,8 +165,10 @@ class AgenticLoop:
                     internal.__cause__ = error
                     error = internal
                 reply = self.error_reply(error)
+            except asyncio.CancelledError:
+                await self.cancelled()
+                raise
             finally:
-                self.client.stop()
                 if self.events is not None:
                     await self.events.stop_keep_alive()
                 if self.executed:
@@ -179,13 +180,35 @@ class AgenticLoop:
                     set_attributes(
                         span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason}
                     )
-            if self.client.gone:
-                return
-            if self.events is not None:
-                await self.events.close(reply)
-            elif reply is not None:
-                await self.send(reply.start)
-                await self.send({"type": "http.response.body", "body": reply.body})
+            try:
+                await self.respond(reply)
+            except asyncio.CancelledError:
+                await self.cancelled()
+                raise
+            finally:
+                self.client.stop()
+
+    async def respond(self, reply: Reply | None) -> None:
+        """Write the one reply, unless the client left; the writer stops if it leaves meanwhile."""
+        if self.write.closed:
+            return
+        if self.events is not None:
+            await self.events.close(reply)
+        elif reply is not None:
+            await self.write(reply.start)
+            await self.write({"type": "http.response.body", "body": reply.body})
+
+    async def cancelled(self) -> None:
+        """The request's task was cancelled (a server shutting down does that): its cleanup hooks run,
+        and a response not yet complete ends well-formed where it still can (an error event, or a 503)."""
+        self.stop_reason = "cancelled"
+        if self.executed:
+            await self.clean_up()
+        error = LoopCancelled("the request was cancelled before its answer was complete: the server is stopping")
+        if self.events is not None:
+            await self.events.abort(error.status, str(error), error.code)
+        elif not self.dispatch.forwarded and not self.write.started:
+            await self.respond(self.error_reply(error))
 
     async def answer(self, raw: bytes) -> Reply | None:
         """The loop within `loop_timeout`, then the post and cleanup hooks (which a disconnect does not cut short).

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
-from starlette.types import Send
 
 from .asgi import media_type
+from .disconnect import ClientWriter
 from .dispatch import Reply
 from .surfaces import Surface
 
@@ -30,29 +30,30 @@ _HEADERS = [
 
 
 class EventStream:
-    """Writes one client's event stream: opened before the loop, closed with its reply."""
+    """Writes one client's event stream: opened before the loop, closed with its reply.
 
-    def __init__(
-        self, send: Send, surface: Surface, stream_options: Any, interval: float, gone: Callable[[], bool]
-    ) -> None:
-        self.send = send
+    Every write goes through the client's `ClientWriter`, so nothing is written once the client left.
+    """
+
+    def __init__(self, write: ClientWriter, surface: Surface, stream_options: Any, interval: float) -> None:
+        self.write = write
         self.surface = surface
         self.stream_options = stream_options
         self.interval = interval
-        self.gone = gone
         self.pinger: asyncio.Task[None] | None = None
+        self.opened = False
+        self.done = False  # the stream's end was written, or the client left
 
     async def open(self) -> None:
-        await self.send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+        self.opened = True
+        await self.write({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         self.pinger = asyncio.ensure_future(self.keep_alive())
 
     async def keep_alive(self) -> None:
         keepalive = self.surface.keepalive()
-        while True:
+        while not self.write.closed:
             await asyncio.sleep(self.interval)
-            if self.gone():
-                return
-            await self.send({"type": "http.response.body", "body": keepalive, "more_body": True})
+            await self.write({"type": "http.response.body", "body": keepalive, "more_body": True})
 
     async def stop_keep_alive(self) -> None:
         if self.pinger is not None:
@@ -68,9 +69,23 @@ class EventStream:
         except Exception as error:  # an answer of a shape the events cannot carry: say so, in the stream
             logger.exception("could not write the answer as a stream")
             events = [self.surface.error_event(502, f"the answer could not be streamed: {error}", "model_app_error")]
+        await self.end(events)
+
+    async def abort(self, status: int, message: str, code: str) -> None:
+        """End a stream that began but cannot be finished (the request was cancelled) with an error event."""
+        await self.stop_keep_alive()
+        if self.opened and not self.done:
+            await self.end([self.surface.error_event(status, message, code)])
+
+    async def end(self, events: Iterable[bytes]) -> None:
+        """Write the last events and the end of the stream, stopping at once if the client leaves meanwhile."""
         for event in events:
-            await self.send({"type": "http.response.body", "body": event, "more_body": True})
-        await self.send({"type": "http.response.body", "body": b""})
+            await self.write({"type": "http.response.body", "body": event, "more_body": True})
+            if self.write.closed:
+                break
+        else:
+            await self.write({"type": "http.response.body", "body": b""})
+        self.done = True
 
     def events(self, reply: Reply) -> Iterator[bytes]:
         status = reply.start["status"]

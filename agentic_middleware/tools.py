@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 import orjson
 
+from .concurrency import awaitable
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
 from .surfaces import Surface, ToolResult, surface_for
 
@@ -31,25 +32,34 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", 
 
 @dataclass(frozen=True)
 class ServerTool:
-    """A function the server runs when the model calls the tool `name`."""
+    """A function the server runs when the model calls the tool `name`.
+
+    An `async def` runs on the event loop; a plain `def` runs in a worker thread, so that it holds up no
+    other request and its timeout applies (past it the model reads a timeout error; the thread runs on
+    to its end and its result is dropped).
+    """
 
     name: str
     description: str
     input_schema: dict[str, Any]
     function: Callable[..., Any]
     timeout: float | None = None
+    run: Callable[..., Awaitable[Any]] = field(init=False, repr=False, compare=False)
+    wants_request: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run", awaitable(self.function))
+        object.__setattr__(self, "wants_request", REQUEST_PARAMETER in inspect.signature(self.function).parameters)
 
     async def __call__(self, arguments: Any, timeout: float, logging_obj: Any) -> ToolResult:
         """Run once; a failure or a timeout becomes an error result the model can read."""
         if not isinstance(arguments, dict):
             return ToolResult(f"{self.name} needs a JSON object of arguments, got {arguments!r}", True)
-        if REQUEST_PARAMETER in inspect.signature(self.function).parameters:
+        if self.wants_request:
             arguments = {**arguments, REQUEST_PARAMETER: logging_obj}
         try:
             async with asyncio.timeout(self.timeout or timeout):
-                result = self.function(**arguments)
-                if inspect.isawaitable(result):
-                    result = await result
+                result = await self.run(**arguments)
         except TimeoutError:
             return ToolResult(f"{self.name} timed out after {self.timeout or timeout:g} s", True)
         except Exception as error:

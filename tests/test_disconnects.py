@@ -1,0 +1,152 @@
+"""A client that leaves while its looped stream is being written gets nothing more: not one `send()` after it left.
+
+In-process with a recording `send`, and under uvicorn, whose buffers are made small so that the answer is
+still being written when the client hangs up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import uvicorn
+from conftest import http_scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from support import Route
+
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+from agentic_middleware.testing import ScriptedModel, chat_completion, message
+
+ROUTES = [Route("messages"), Route("chat")]
+
+
+@server_tool
+async def lookup() -> str:
+    return "found"
+
+
+def long_answer(route: Route) -> dict[str, Any]:
+    """A final answer of many events: many text blocks, or one long content string."""
+    if route.name == "messages":
+        return message(*(f"paragraph {n} " + "x" * 4000 for n in range(200)))
+    return chat_completion("y" * 800_000)
+
+
+def looped_model(route: Route) -> ScriptedModel:
+    return ScriptedModel(route.calls(("lookup", {})), long_answer(route))
+
+
+class Recorder:
+    """Wraps an ASGI app: records what it sends, and where in that the app was told the client left."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.sent: list[Message] = []
+        self.disconnect_at: int | None = None
+        self.finished = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+
+        async def watched_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" and self.disconnect_at is None:
+                self.disconnect_at = len(self.sent)
+            return message
+
+        async def recorded_send(message: Message) -> None:
+            self.sent.append(message)
+            await send(message)
+
+        try:
+            await self.app(scope, watched_receive, recorded_send)
+        finally:
+            self.finished.set()
+
+    @property
+    def after_disconnect(self) -> list[Message]:
+        assert self.disconnect_at is not None, "the app was never told the client left"
+        return self.sent[self.disconnect_at :]
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=str)
+async def test_a_client_leaving_mid_answer_gets_no_further_send_in_process(route: Route) -> None:
+    left = asyncio.Event()
+    raw = orjson.dumps(route.request(stream=True))
+    incoming = [{"type": "http.request", "body": raw, "more_body": False}]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if len(sent) == 10:  # the response start and nine events of the answer: the client hangs up
+            left.set()
+
+    app = AgenticLoopMiddleware(looped_model(route), hooks=[ServerTools([lookup])])
+    await asyncio.wait_for(app(http_scope(route.path, raw), receive, send), 10)
+
+    assert len(sent) == 10
+    assert sent[-1].get("more_body") is True  # cut off mid-answer: the stream's end was not written either
+
+
+@contextlib.asynccontextmanager
+async def uvicorn_serving(app: ASGIApp, send_buffer: int) -> AsyncIterator[int]:
+    """Serves `app` on 127.0.0.1 on a port of its own, with a small send buffer on every connection."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)  # inherited by accepted sockets
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        await serving
+
+
+async def hang_up_mid_answer(port: int, route: Route) -> bytes:
+    """Posts a streaming request over a socket with a tiny receive buffer, reads into the answer, hangs up."""
+    body = orjson.dumps(route.request(stream=True))
+    head = (
+        f"POST {route.path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, head + body)
+    seen = b""
+    marker = b"content_block_delta" if route.name == "messages" else b'"content":"y'
+    while marker not in seen:
+        chunk = await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
+        assert chunk, "the server closed the stream before the answer"
+        seen += chunk
+    sock.close()  # with unread data waiting: the kernel resets the connection
+    return seen
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=str)
+async def test_a_client_leaving_mid_answer_gets_no_further_send_under_uvicorn(route: Route) -> None:
+    recorder = Recorder(AgenticLoopMiddleware(looped_model(route), hooks=[ServerTools([lookup])]))
+    async with uvicorn_serving(recorder, send_buffer=4096) as port:
+        seen = await hang_up_mid_answer(port, route)
+        await asyncio.wait_for(recorder.finished.wait(), 20)
+
+    assert seen.startswith(b"HTTP/1.1 200")
+    assert recorder.after_disconnect == []
+    assert recorder.sent[-1].get("more_body") is True  # the answer was cut short, and its end not written
