@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .closing import CLOSING_MODES, DEFAULT_CLOSING_TEXT
 from .errors import ConfigurationError
 from .hooks import BoundHook
 from .surfaces import Surface, surfaces
@@ -64,6 +65,8 @@ class Settings:
     error_details: bool = True
     streaming: bool | None = None
     stream_keepalive: float = 5.0
+    closing: str = "call"
+    closing_text: str = DEFAULT_CLOSING_TEXT
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
@@ -83,6 +86,10 @@ class Settings:
         for name in ("sum_usage", "log_bodies", "tracing", "error_details"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.closing not in CLOSING_MODES:
+            raise ConfigurationError(f"closing must be one of {', '.join(CLOSING_MODES)}, got {self.closing!r}")
+        if not isinstance(self.closing_text, str) or not self.closing_text.strip():
+            raise ConfigurationError(f"closing_text must be a text that is not empty, got {self.closing_text!r}")
         if isinstance(self.on_round, str):
             object.__setattr__(self, "on_round", _import_callable(self.on_round, "on_round", None))
         if self.on_round is not None and not callable(self.on_round):

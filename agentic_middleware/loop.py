@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start
+from .closing import closing_body
 from .config import Settings, loop_limit
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
@@ -70,6 +71,13 @@ class Rerun(NamedTuple):
     kwargs: dict[str, Any]
 
 
+class Closing(NamedTuple):
+    """The closing call a refused round makes (see closing.py): its body, and the hook whose claim was refused."""
+
+    body: dict[str, Any]
+    hook: BoundHook
+
+
 class LoopSetup:
     """What every loop of one middleware shares, prepared once when the middleware is built."""
 
@@ -113,6 +121,7 @@ class AgenticLoop:
         self.limit = settings.max_agentic_loops
         self.depth = 0
         self.seen: set[tuple[tuple[str, bytes], ...]] = set()
+        self.closed = False  # the closing call was made: no round after it reruns
         self.patch_kwargs: dict[str, Any] = {}
         self.executed: list[Rerun] = []
         self.client = ClientWatch(receive)
@@ -282,25 +291,34 @@ class AgenticLoop:
             step = await self.ask_hooks(answer, answer.data)
             if isinstance(step, Answer):
                 return step
-            self.executed.append(step)
-            self.body = self.patched(step)
-            self.round.outcome = "rerun"
-            self.round.hook = step.hook.name
-            if self.observer.wants(self.round):
-                await self.observer.round_done(self.round)
-            self.depth += 1
-            self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
-            try:
-                raw = self.encoder.encode(self.body)
-            except TypeError as error:
-                raise HookError(step.hook.name, step.method, f"the patched request is not JSON: {error}") from None
-            answer = await self.call_app(raw)
+            if isinstance(step, Rerun):
+                self.executed.append(step)
+                self.body = self.patched(step)
+                self.round.outcome = "rerun"
+                self.round.hook = step.hook.name
+            else:  # the closing call: no plan of a hook, so no post or cleanup hook of its own
+                self.body = step.body
+                self.round.outcome = "closing"
+            answer = await self.rerun(step)
             if answer is None:
                 self.stop_reason = "app_answer"
                 return None
         if self.depth:
             self.stop_reason = "app_answer"
         return answer
+
+    async def rerun(self, step: Rerun | Closing) -> Answer | None:
+        """The next round: one call of the app with the current body, the same for every rerun and the closing call."""
+        if self.observer.wants(self.round):
+            await self.observer.round_done(self.round)
+        self.depth += 1
+        self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
+        try:
+            raw = self.encoder.encode(self.body)
+        except TypeError as error:
+            method = step.method if isinstance(step, Rerun) else "closing call"
+            raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None
+        return await self.call_app(raw)
 
     async def prepared(self, raw: bytes) -> bytes:
         """The first request body after every request hook had its say, in hook order."""
@@ -322,7 +340,7 @@ class AgenticLoop:
         except TypeError as error:
             raise HookError(changed_by.name, REQUEST_HOOK, f"the request is not JSON: {error}") from None
 
-    async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun:
+    async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
         fingerprint = None
         for hook in self.hooks:
@@ -338,7 +356,13 @@ class AgenticLoop:
             if refusal is not None:
                 self.finish(refusal, hook)
                 claims = claims_of([claim, *await self.other_claims(hook, response)])
-                return answer.replaced(self.surface.without_claimed(response, claims))
+                if self.settings.closing == "call" and not self.closed:
+                    self.closed = True
+                    body = closing_body(self.surface, self.body, response, claims, refusal, self.limit)
+                    if body is not None:
+                        return Closing(body, hook)
+                ended = self.surface.without_claimed(response, claims)
+                return answer.replaced(self.surface.filled(ended, self.settings.closing_text))
             method = hook.plan_method(self.surface.plan_methods)
             if method is None:
                 continue
@@ -400,7 +424,10 @@ class AgenticLoop:
         return claims
 
     def refusal(self, fingerprint: tuple[tuple[str, bytes], ...]) -> str | None:
-        """Why this round may not rerun, if it may not: the limit, or tool calls seen before."""
+        """Why this round may not rerun, if it may not: the limit, or tool calls seen before (after a closing call,
+        why it was made)."""
+        if self.closed:
+            return self.stop_reason
         if self.depth >= self.limit:
             return "limit"
         if fingerprint and fingerprint in self.seen:

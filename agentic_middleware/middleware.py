@@ -47,6 +47,8 @@ class AgenticLoopMiddleware:
         error_details: bool | None = None,
         streaming: bool | None = None,
         stream_keepalive: float | None = None,
+        closing: str | None = None,
+        closing_text: str | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -67,6 +69,8 @@ class AgenticLoopMiddleware:
             error_details=error_details,
             streaming=streaming,
             stream_keepalive=stream_keepalive,
+            closing=closing,
+            closing_text=closing_text,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         self.setup = LoopSetup(

@@ -122,8 +122,8 @@ class Raising:
         ("finished after a rerun", "1", "finished"),
         ("override", "0", "override"),
         ("terminate", "0", "terminate"),
-        ("limit", "1", "limit"),
-        ("repeated", "1", "repeated_tool_calls"),
+        ("limit", "2", "limit"),  # a rerun, then the closing call
+        ("repeated", "2", "repeated_tool_calls"),
         ("hook error", "0", "hook_error"),
         ("app error", "0", "app_error"),
         ("app answer", "1", "app_answer"),
@@ -137,8 +137,12 @@ async def test_headers_say_how_many_reruns_ran_and_why_the_loop_ended(
         "finished after a rerun": (ScriptedModel(call, route.text("done")), [ToolHook()], {}),
         "override": (ScriptedModel(call), [Planned(AgenticLoopPlan(response_override=route.text("o")))], {}),
         "terminate": (ScriptedModel(call), [Planned(AgenticLoopPlan(terminate=True, stop_reason="enough"))], {}),
-        "limit": (ScriptedModel(call, route.calls(("lookup", {"k": 2}))), [ToolHook()], {"max_agentic_loops": 1}),
-        "repeated": (ScriptedModel(call, route.calls(("lookup", {"k": 1}))), [ToolHook()], {}),
+        "limit": (
+            ScriptedModel(call, route.calls(("lookup", {"k": 2})), route.text("closing")),
+            [ToolHook()],
+            {"max_agentic_loops": 1},
+        ),
+        "repeated": (ScriptedModel(call, route.calls(("lookup", {"k": 1})), route.text("closing")), [ToolHook()], {}),
         "hook error": (ScriptedModel(call), [Planned("not a plan")], {}),  # type: ignore[arg-type]
         "app error": (Raising(), [ToolHook()], {}),
         "app answer": (ScriptedModel(call, JSONResponse({"error": "slow down"}, status_code=429)), [ToolHook()], {}),
@@ -166,16 +170,17 @@ async def test_one_log_record_per_round_and_a_warning_for_stops_that_are_not_a_f
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="agentic_middleware")
     secret = "the client's private words"
-    model = ScriptedModel(route.calls(("lookup", {"k": 1})), route.calls(("lookup", {"k": 2})))
+    model = ScriptedModel(route.calls(("lookup", {"k": 1})), route.calls(("lookup", {"k": 2})), route.text("closing"))
     async with http_client(AgenticLoopMiddleware(model, hooks=[ToolHook()], max_agentic_loops=1)) as client:
         await post(client, route, route.request(secret))
 
     rounds = [r for r in caplog.records if hasattr(r, "agentic_round")]
-    assert [r.agentic_round["outcome"] for r in rounds] == ["rerun", "limit"]  # type: ignore[attr-defined]
+    outcomes = [r.agentic_round["outcome"] for r in rounds]  # type: ignore[attr-defined]
+    assert outcomes == ["rerun", "closing", "limit"]
     first = rounds[0].agentic_round  # type: ignore[attr-defined]
     assert first["depth"] == 0 and first["hook"] == "ToolHook" and first["tools"] == ["lookup"]
     assert first["app_seconds"] > 0 and first["hook_seconds"] > 0
-    assert rounds[1].levelname == "WARNING"
+    assert rounds[1].levelname == "INFO" and rounds[2].levelname == "WARNING"
     assert len({r.litellm_call_id for r in rounds}) == 1  # type: ignore[attr-defined]
     assert secret not in caplog.text
 

@@ -44,7 +44,7 @@ MESSAGES = Route("messages")
 
 
 async def served_calls(app: AgenticLoopMiddleware, route: Route = MESSAGES) -> int:
-    """How many model calls one looping request makes through `app`."""
+    """How many model calls one looping request makes through `app`: the first, the reruns, the closing call."""
     assert isinstance(app.app, ScriptedModel)
     async with http_client(app) as client:
         await post(client, route, route.request())
@@ -61,7 +61,7 @@ async def test_a_dotted_path_in_code_names_a_hook_instance(
     monkeypatch.syspath_prepend(str(tmp_path))
     app = AgenticLoopMiddleware(looping_model(), hooks=[f"{module}.my_tool_callback"])
     assert type(app.settings.hooks[0]).__name__ == "MyToolCallback"
-    assert await served_calls(app) == 4
+    assert await served_calls(app) == 5
 
 
 async def test_a_litellm_proxy_config_works_as_it_stands(module: str, tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ async def test_a_litellm_proxy_config_works_as_it_stands(module: str, tmp_path: 
         """,
     )
     app = AgenticLoopMiddleware(looping_model(), config=config)
-    assert await served_calls(app) == 4
+    assert await served_calls(app) == 5
     assert module not in [p.rpartition("/")[2] for p in sys.path]  # the folder was only searched during import
 
 
@@ -104,7 +104,7 @@ async def test_our_section_holds_every_option_and_reads_the_environment(
     chat = Route("chat")
     chat.path = "/llm/v1/chat/completions"
     app = AgenticLoopMiddleware(looping_model(chat), config=settings)
-    assert await served_calls(app, chat) == 3
+    assert await served_calls(app, chat) == 4
 
 
 async def test_options_in_code_win_and_hooks_in_code_replace_the_files_callbacks(module: str, tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ async def test_options_in_code_win_and_hooks_in_code_replace_the_files_callbacks
         """,
     )
     app = AgenticLoopMiddleware(looping_model(), config=config, max_agentic_loops=1)
-    assert await served_calls(app) == 2
+    assert await served_calls(app) == 3
 
     replacement = ToolHook("other")
     app = AgenticLoopMiddleware(looping_model(), config=config, hooks=[replacement])

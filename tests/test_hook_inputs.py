@@ -107,7 +107,8 @@ async def test_the_response_a_hook_was_given_is_not_mutated_when_the_turn_ends(r
             return await super().async_should_run_agentic_loop(response=response, **arguments)
 
     model = ScriptedModel(route.calls(("lookup", {"n": 1})), route.calls(("lookup", {"n": 2})))
-    async with http_client(AgenticLoopMiddleware(model, hooks=[Keeper()], max_agentic_loops=1)) as client:
+    app = AgenticLoopMiddleware(model, hooks=[Keeper()], max_agentic_loops=1, closing="text")
+    async with http_client(app) as client:
         response = await post(client, route, route.request())
 
     assert route.tool_names(response.json()) == []

@@ -41,12 +41,12 @@ async def test_the_default_limit_allows_three_reruns_then_ends_the_turn(route: R
     async with http_client(AgenticLoopMiddleware(model, hooks=[hook])) as client:
         response = await post(client, route, route.request())
 
-    assert len(model.requests) == 4
+    assert len(model.requests) == 5  # the first call, 3 reruns, the closing call
     body = response.json()
     assert route.tool_names(body) == []
     assert route.stop(body) == ("end_turn" if route.name == "messages" else "stop")
-    assert len(hook.plans) == 3  # the refused round built no plan
-    assert [gate["kwargs"]["max_agentic_loops"] for gate in hook.gates] == [3, 3, 3, 3]
+    assert len(hook.plans) == 3  # the refused round built no plan, nor the closing call's
+    assert [gate["kwargs"]["max_agentic_loops"] for gate in hook.gates] == [3, 3, 3, 3, 3]
 
 
 async def test_the_limit_is_set_per_middleware_and_per_request(route: Route) -> None:
@@ -54,12 +54,12 @@ async def test_the_limit_is_set_per_middleware_and_per_request(route: Route) -> 
     app = AgenticLoopMiddleware(model, hooks=[ToolHook()], max_agentic_loops=5)
     async with http_client(SetState(app, max_agentic_loops=1)) as client:
         await post(client, route, route.request())
-    assert len(model.requests) == 2
+    assert len(model.requests) == 3  # each time: the first call, the reruns, the closing call
 
     model = endless(route)
     async with http_client(AgenticLoopMiddleware(model, hooks=[ToolHook()], max_agentic_loops=5)) as client:
         await post(client, route, route.request())
-    assert len(model.requests) == 6
+    assert len(model.requests) == 7
 
 
 async def test_a_patch_may_change_the_limit_for_the_rest_of_the_request(route: Route) -> None:
@@ -77,7 +77,7 @@ async def test_a_patch_may_change_the_limit_for_the_rest_of_the_request(route: R
     model = endless(route)
     async with http_client(AgenticLoopMiddleware(model, hooks=[Tightening()], max_agentic_loops=10)) as client:
         await post(client, route, route.request())
-    assert len(model.requests) == 3
+    assert len(model.requests) == 4  # 2 reruns, then the closing call
 
 
 async def test_a_bad_limit_in_request_state_is_a_500_that_names_it(route: Route) -> None:
@@ -107,7 +107,7 @@ async def test_a_repeated_call_with_fresh_ids_stops_the_loop(route: Route) -> No
     async with http_client(AgenticLoopMiddleware(model, hooks=[hook])) as client:
         response = await post(client, route, route.request())
 
-    assert len(model.requests) == 2
+    assert len(model.requests) == 3  # the closing call answers the repeat
     assert len(hook.plans) == 1
     assert route.tool_names(response.json()) == []
 
@@ -120,7 +120,7 @@ async def test_the_order_of_calls_does_not_change_the_fingerprint(route: Route) 
     )
     async with http_client(AgenticLoopMiddleware(model, hooks=[ToolHook()])) as client:
         await post(client, route, route.request())
-    assert len(model.requests) == 2
+    assert len(model.requests) == 3  # the closing call answers the repeat
 
 
 async def test_at_the_limit_only_the_claimed_calls_are_removed() -> None:
@@ -154,7 +154,9 @@ async def test_a_refused_round_also_removes_what_the_other_hooks_claim(route: Ro
         route.calls(("lookup", {"n": 1})),
         route.calls(("lookup", {"n": 2}), ("search", {"q": "s"})),
     )
-    app = AgenticLoopMiddleware(model, hooks=[ToolHook("lookup"), ToolHook("search")], max_agentic_loops=1)
+    app = AgenticLoopMiddleware(
+        model, hooks=[ToolHook("lookup"), ToolHook("search")], max_agentic_loops=1, closing="text"
+    )
     async with http_client(app) as client:
         response = await post(client, route, route.request())
 
@@ -168,7 +170,7 @@ async def test_client_sent_internal_fields_never_reach_the_app_or_raise_the_limi
     async with http_client(AgenticLoopMiddleware(model, hooks=[ToolHook()])) as client:
         await post(client, route, body)
 
-    assert len(model.requests) == 4
+    assert len(model.requests) == 5
     for request in model.requests:
         assert not any(key == "max_agentic_loops" or key.startswith("_agentic_") for key in request.body)
         assert int(request.headers["content-length"]) == len(request.raw)

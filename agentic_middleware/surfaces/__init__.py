@@ -179,6 +179,19 @@ class Surface(ABC):
         """A copy of the response without the claimed calls, ending the turn if none of the client's remain."""
 
     @abstractmethod
+    def tools_off(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A request body in which the model may call no tool (the closing call): its tools stay declared, since the
+        history holds calls to them."""
+
+    @abstractmethod
+    def filled(self, response: dict[str, Any], text: str) -> dict[str, Any]:
+        """The response, with `text` as its answer where it would otherwise have no content at all."""
+
+    def past_results(self, messages: Any) -> Iterator[tuple[Any, Any, Any]]:
+        """Each tool call of a request's history that has a result: its name, input and result content."""
+        return iter(())
+
+    @abstractmethod
     def error_body(self, status: int, message: str, code: str) -> bytes:
         """An error body in the route's own shape."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -42,6 +42,21 @@ def _include_usage(stream_options: Any) -> bool:
     return isinstance(stream_options, dict) and stream_options.get("include_usage") is True
 
 
+def _each_choice(response: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    """A copy of the response with each choice changed, or the response itself when it has no list of choices."""
+    choices = response.get("choices")
+    if not isinstance(choices, list):
+        return response
+    return JSONObject(response, choices=[change(choice) for choice in choices])
+
+
+def _filled_choice(choice: Any, text: str) -> Any:
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict) or message.get("content") or message.get("tool_calls"):
+        return choice
+    return JSONObject(choice, message=JSONObject(message, content=text))
+
+
 class ChatCompletions(Surface):
     name = "chat_completions"
     provider = "openai"
@@ -77,10 +92,7 @@ class ChatCompletions(Surface):
         }
 
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
-        choices = response.get("choices")
-        if not isinstance(choices, list):
-            return response
-        return JSONObject(response, choices=[self._end_choice(choice, claims) for choice in choices])
+        return _each_choice(response, lambda choice: self._end_choice(choice, claims))
 
     def _end_choice(self, choice: Any, claims: Claims) -> Any:
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -96,6 +108,22 @@ class ChatCompletions(Surface):
             if choice.get("finish_reason") == "tool_calls":
                 choice["finish_reason"] = "stop"
         return choice
+
+    def tools_off(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "tool_choice": "none"} if body.get("tools") else body
+
+    def filled(self, response: dict[str, Any], text: str) -> dict[str, Any]:
+        return _each_choice(response, lambda choice: _filled_choice(choice, text))
+
+    def past_results(self, messages: Any) -> Iterator[tuple[Any, Any, Any]]:
+        calls: dict[Any, dict[str, Any]] = {}
+        for turn in messages if isinstance(messages, list) else ():
+            if not isinstance(turn, dict):
+                continue
+            calls.update((call.get("id"), call) for call in _calls(turn))
+            made = calls.get(turn.get("tool_call_id")) if turn.get("role") == "tool" else None
+            if made is not None:
+                yield self.call_name(made), self.call_input(made), turn.get("content")
 
     def error_body(self, status: int, message: str, code: str) -> bytes:
         return openai_error_body(status, message, code)
@@ -132,7 +160,8 @@ class ChatCompletions(Surface):
         # The choice that made these calls goes on (with `n` > 1, the others are alternatives, not history).
         messages = _messages(response)
         made = next((m for m in messages if any(c is call for c in _calls(m) for call in calls)), None)
-        made = made or (messages[0] if messages else None)
+        if made is None and messages:
+            made = messages[0]
         assistant: dict[str, Any] = dict(made) if made else {"role": "assistant", "content": None}
         calls = [with_id(call, "call_") for call in calls]
         assistant["tool_calls"] = calls

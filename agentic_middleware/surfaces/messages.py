@@ -66,6 +66,26 @@ class Messages(Surface):
             ended["stop_reason"] = "end_turn"
         return ended
 
+    def tools_off(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "tool_choice": {"type": "none"}} if body.get("tools") else body
+
+    def filled(self, response: dict[str, Any], text: str) -> dict[str, Any]:
+        if response.get("content"):
+            return response
+        return JSONObject(response, content=[{"type": "text", "text": text}])
+
+    def past_results(self, messages: Any) -> Iterator[tuple[Any, Any, Any]]:
+        calls: dict[Any, dict[str, Any]] = {}
+        for turn in messages if isinstance(messages, list) else ():
+            content = turn.get("content") if isinstance(turn, dict) else None
+            for block in content if isinstance(content, list) else ():
+                if _is_tool_use(block):
+                    calls[block.get("id")] = block
+                elif isinstance(block, dict) and block.get("type") == "tool_result":
+                    call = calls.get(block.get("tool_use_id"))
+                    if call is not None:
+                        yield call.get("name"), call.get("input"), block.get("content")
+
     def error_body(self, status: int, message: str, code: str) -> bytes:
         return orjson.dumps({"type": "error", "error": {"type": _error_type(status), "message": message}})
 

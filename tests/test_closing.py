@@ -1,0 +1,179 @@
+"""A real closing answer at the limit or on a repeated call: one more call of the app with tools off, in which the
+claimed calls are answered with why they did not run; or, as an option, an immediate end with a short text."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from conftest import anthropic_client, http_client, openai_client
+from pydantic_ai import Agent
+from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
+from pydantic_ai.providers.openai import OpenAIProvider
+from support import Route, post
+
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
+from agentic_middleware.testing import RecordedRequest, ScriptedModel
+
+CLOSING = "Here is what I found so far."
+
+
+@pytest.fixture(params=["messages", "chat"])
+def route(request: pytest.FixtureRequest) -> Route:
+    return Route(request.param)
+
+
+@server_tool
+def lookup(n: int) -> str:
+    """Look a number up."""
+    return f"entry {n}"
+
+
+def tools_off(request: RecordedRequest) -> bool:
+    choice = request.body.get("tool_choice")
+    return choice == "none" or choice == {"type": "none"}
+
+
+def eager(route: Route, same: bool = False) -> ScriptedModel:
+    """A model that calls `lookup` whenever tools are on (a new input each time unless `same`), else answers."""
+    counter = itertools.count(1)
+
+    def reply(request: RecordedRequest) -> Any:
+        if tools_off(request):
+            return route.text(CLOSING)
+        return route.calls(("lookup", {"n": 1 if same else next(counter)}))
+
+    return ScriptedModel(default=reply)
+
+
+def tool_results(route: Route, request: RecordedRequest) -> list[tuple[str, bool]]:
+    """The results answering the last assistant turn of a request, with whether each is marked as an error."""
+    history = request.body["messages"]
+    if route.name == "messages":
+        return [(block["content"], block.get("is_error", False)) for block in history[-1]["content"]]
+    results = list(itertools.takewhile(lambda m: m["role"] == "tool", reversed(history)))
+    return [(m["content"], m["content"].startswith("Error: ")) for m in reversed(results)]
+
+
+async def test_at_the_limit_one_closing_call_with_tools_off_answers_in_words(route: Route) -> None:
+    model = eager(route)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=2)
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+
+    body = response.json()
+    assert route.final_text(body) == CLOSING and route.tool_names(body) == []
+    assert route.stop(body) == ("end_turn" if route.name == "messages" else "stop")
+    assert len(model.requests) == 4  # the first call, 2 reruns, 1 closing call
+    assert [tools_off(request) for request in model.requests] == [False, False, False, True]
+    closing = model.requests[-1]
+    assert closing.body["tool_choice"] == ({"type": "none"} if route.name == "messages" else "none")
+    assert closing.body["tools"] == model.requests[0].body["tools"]  # declared still, for the history's calls
+    [(text, is_error)] = tool_results(route, closing)
+    assert is_error and "not run" in text.lower() and "max_agentic_loops=2" in text
+    assert response.headers["x-agentic-loop-ended-by"] == "limit"
+    assert response.headers["x-agentic-loop-reruns"] == "3"
+    usage = body["usage"]
+    assert usage.get("input_tokens", usage.get("prompt_tokens")) == 40  # four calls summed
+
+
+async def test_a_repeated_call_is_answered_with_its_earlier_result(route: Route) -> None:
+    model = eager(route, same=True)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+
+    assert route.final_text(response.json()) == CLOSING
+    assert len(model.requests) == 3  # the call, its rerun, the closing call
+    [(text, is_error)] = tool_results(route, model.requests[-1])
+    assert is_error and "already ran" in text and "entry 1" in text
+    assert response.headers["x-agentic-loop-ended-by"] == "repeated_tool_calls"
+
+
+async def test_the_immediate_end_is_an_option_and_never_empty(route: Route) -> None:
+    model = eager(route)
+    app = AgenticLoopMiddleware(
+        model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing="text", closing_text="Stopped here."
+    )
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+
+    assert len(model.requests) == 2
+    assert route.final_text(response.json()) == "Stopped here."
+
+
+async def test_a_model_that_calls_tools_anyway_in_the_closing_call_gets_no_second_one(route: Route) -> None:
+    model = ScriptedModel(default=lambda request: route.calls(("lookup", {"n": len(model.requests)})))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1)
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+
+    assert len(model.requests) == 3
+    body = response.json()
+    assert route.tool_names(body) == [] and route.final_text(body)  # the closing text, never empty
+    assert response.headers["x-agentic-loop-ended-by"] == "limit"
+
+
+def test_closing_options_are_checked_at_start() -> None:
+    with pytest.raises(ConfigurationError, match="closing must be"):
+        AgenticLoopMiddleware(ScriptedModel(), closing="maybe")
+    with pytest.raises(ConfigurationError, match="closing_text"):
+        AgenticLoopMiddleware(ScriptedModel(), closing_text="")
+
+
+async def test_the_official_sdks_get_words_at_the_limit(route: Route) -> None:
+    model = eager(route)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1)
+    if route.name == "messages":
+        reply = await anthropic_client(app).messages.create(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "go"}]
+        )
+        assert [block.type for block in reply.content] == ["text"] and reply.stop_reason == "end_turn"
+    else:
+        completion = await openai_client(app).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}]
+        )
+        assert completion.choices[0].message.content == CLOSING
+
+
+def check_messages_history(history: list[dict[str, Any]]) -> None:
+    """Anthropic's rules for a request's history: roles alternate from the user, only the last may be empty."""
+    assert history[0]["role"] == "user"
+    for before, after in itertools.pairwise(history):
+        assert before["role"] != after["role"]
+    for turn in history[:-1]:
+        assert turn["content"], turn
+
+
+def check_chat_history(history: list[dict[str, Any]]) -> None:
+    for turn in history:
+        if turn["role"] == "assistant" and not turn.get("tool_calls"):
+            assert isinstance(turn["content"], str) and turn["content"], turn
+
+
+async def test_pydantic_ai_gets_the_closing_answer_and_its_next_request_is_valid(route: Route) -> None:
+    """pydantic-ai rejects an empty answer (retrying first); with its Anthropic and OpenAI models it gets words."""
+    model = eager(route)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1)
+    if route.name == "messages":
+        agent: Agent[None, str] = Agent(
+            AnthropicModel("claude-test", provider=AnthropicProvider(anthropic_client=anthropic_client(app)))
+        )
+    else:
+        agent = Agent(OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=openai_client(app))))
+
+    result = await agent.run("What is entry 1?")
+    assert result.output == CLOSING
+    assert len(model.requests) == 3
+
+    await agent.run("And entry 2?", message_history=result.all_messages())
+    following = model.requests[3].body["messages"]
+    if route.name == "messages":
+        check_messages_history(following)
+        assert {"type": "text", "text": CLOSING} in following[1]["content"]
+    else:
+        check_chat_history(following)
+        assert any(turn.get("content") == CLOSING for turn in following if turn["role"] == "assistant")
