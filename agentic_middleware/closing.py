@@ -40,7 +40,7 @@ def closing_body(
     ids = {id(call) for call in claimed}
     group = next(group for group in surface.call_groups(response) if any(id(call) in ids for call in group))
     claimed = [call for call in group if id(call) in ids]  # one conversation goes on (chat's `n` > 1)
-    messages = body.get("messages")
+    messages = surface.messages(body)
     history = messages if isinstance(messages, list) else []
     if reason == "limit":
         results = [ToolResult(SPENT.format(limit=limit), True)] * len(claimed)
@@ -50,7 +50,8 @@ def closing_body(
             _repeated(earlier.get((str(surface.call_name(call)), canonical(surface.call_input(call)))))
             for call in claimed
         ]
-    return surface.tools_off({**body, "messages": [*history, *surface.follow_up(response, claimed, results)]})
+    conversation = [*history, *surface.follow_up(response, claimed, results)]
+    return surface.tools_off(surface.rerun_body({**body, surface.messages_field: conversation}))
 
 
 def _repeated(result: Any) -> ToolResult:

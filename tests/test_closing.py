@@ -16,7 +16,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from support import Route, post
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
-from agentic_middleware.testing import RecordedRequest, ScriptedModel
+from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
 
 CLOSING = "Here is what I found so far."
 
@@ -177,3 +177,31 @@ async def test_pydantic_ai_gets_the_closing_answer_and_its_next_request_is_valid
     else:
         check_chat_history(following)
         assert any(turn.get("content") == CLOSING for turn in following if turn["role"] == "assistant")
+
+
+async def test_responses_gets_a_closing_answer_too() -> None:
+    counter = itertools.count(1)
+
+    def reply(request: RecordedRequest) -> Any:
+        if tools_off(request):
+            return response(CLOSING)
+        return response(function_call("lookup", {"n": next(counter)}))
+
+    model = ScriptedModel(default=reply)
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1))
+    result = await client.responses.create(model="gpt-test", input="What is entry 1?")
+
+    assert result.output_text == CLOSING
+    assert len(model.requests) == 3
+    closing = model.requests[-1].body
+    assert closing["tool_choice"] == "none"
+    last = closing["input"][-1]
+    assert last["type"] == "function_call_output" and "max_agentic_loops=1" in last["output"]
+    assert last["call_id"] == closing["input"][-2]["call_id"]
+
+
+async def test_responses_immediate_end_has_a_message() -> None:
+    model = ScriptedModel(default=lambda request: response(function_call("lookup", {"n": len(model.requests)})))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing="text")
+    result = await openai_client(app).responses.create(model="gpt-test", input="go")
+    assert result.output_text == "I stopped here: the server's tools could not run again for this request."

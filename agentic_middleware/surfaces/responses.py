@@ -7,6 +7,7 @@ travel whole (`encrypted_content` included): a reasoning model needs them back w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -128,6 +129,32 @@ class Responses(Surface):
             return response
         claimed = {index for index, item in enumerate(output) if _is_call(item) and self.is_claimed(item, claims)}
         return JSONObject(response, output=_without(output, claimed))
+
+    def tools_off(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "tool_choice": "none"} if body.get("tools") else body
+
+    def filled(self, response: dict[str, Any], text: str) -> dict[str, Any]:
+        output = _output(response)
+        if any(isinstance(item, dict) and item.get("type") == "message" for item in output):
+            return response
+        message = {
+            "type": "message",
+            "id": f"msg_{os.urandom(12).hex()}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        return JSONObject(response, output=[*output, message])
+
+    def past_results(self, messages: Any) -> Iterator[tuple[Any, Any, Any]]:
+        calls: dict[Any, dict[str, Any]] = {}
+        for item in messages if isinstance(messages, list) else ():
+            if _is_call(item):
+                calls[item.get("call_id")] = item
+            elif isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
+                call = calls.get(item.get("call_id"))
+                if call is not None:
+                    yield self.call_name(call), self.call_input(call), item.get("output")
 
     def error_body(self, status: int, message: str, code: str) -> bytes:
         return openai_error_body(status, message, code)
