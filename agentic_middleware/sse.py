@@ -2,8 +2,11 @@
 
 The loop calls the model app without streaming; a client that asked for a stream still gets one,
 built here from the final body so that the official SDKs' stream accumulators rebuild exactly the
-message the non-streaming path returns. Long strings are cut into pieces of `chunk_size`
-characters, so clients see deltas shaped like the real APIs' and no single event grows huge.
+message the non-streaming path returns. Strings are cut into pieces of `chunk_size` characters, so
+clients see deltas shaped like the real APIs', but never into more than `MAX_PIECES`: a long string
+gets longer pieces. A client accumulates a delta by copying what it has so far (the SDKs do
+`text += delta`), so its work grows with the number of pieces times the string's length: fixed-size
+pieces of a 3 MB answer (11,700 events) took the anthropic SDK 6.5 s to accumulate.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any
 import orjson
 
 CHUNK_SIZE = 256
-"""Characters per text, thinking, tool-input or arguments delta."""
+"""Characters per text, thinking, tool-input or arguments delta, for strings up to `MAX_PIECES` times it."""
+MAX_PIECES = 64
+"""The most deltas one string is cut into: past 16 KB (at the default size), pieces grow with the string."""
 
 # Counters the Messages API repeats in `message_delta`; the SDKs overwrite with them when present.
 _DELTA_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "server_tool_use")
@@ -28,7 +33,8 @@ _CHAT_STREAMED = frozenset({"role", "content", "refusal", "tool_calls"})
 
 
 def _pieces(text: str, size: int) -> Iterator[str]:
-    step = max(size, 1)
+    """`text` in pieces of `size` characters, or in `MAX_PIECES` equal pieces when that takes fewer."""
+    step = max(size, 1, -(-len(text) // MAX_PIECES))
     for start in range(0, len(text), step):
         yield text[start : start + step]
 

@@ -388,3 +388,34 @@ def test_chat_content_given_as_parts_is_streamed_whole() -> None:
         None,
         parts,
     ]
+
+
+# --- Long answers ---------------------------------------------------------------------------------
+
+
+async def test_a_3_mb_answer_is_a_bounded_number_of_events_the_sdks_rebuild_exactly() -> None:
+    """Pieces grow with the string past 16 KB, so every long string is at most `MAX_PIECES` deltas."""
+    from agentic_middleware.sse import MAX_PIECES
+
+    text = "".join(f"line {n}: naïve café 日本語\n" for n in range(120_000))[: 3 * 1024 * 1024]
+    arguments = {"blob": "z" * 1_000_000}
+    body = message(THINKING, text, tool_use("store", arguments, id="toolu_big"))
+    events = parse(messages_events(body))
+    deltas = [data for name, data in events if name == "content_block_delta"]
+    assert len([d for d in deltas if d["delta"]["type"] == "text_delta"]) == MAX_PIECES
+    assert len([d for d in deltas if d["delta"]["type"] == "input_json_delta"]) == MAX_PIECES
+    async with anthropic_client(sse_app(messages_events(body))).messages.stream(
+        model="m", max_tokens=5, messages=USER
+    ) as stream:
+        final = await stream.get_final_message()
+    assert dump(final) == dump(anthropic.types.Message.model_validate(body))
+
+    completion = chat_completion(text, tool_calls=[tool_call("store", arguments)])
+    chunks = [data for _, data in parse(chat_chunks(completion, include_usage=False))]
+    assert len(chunks) <= 2 * MAX_PIECES + 4  # role, content pieces, call head, argument pieces, finish, [DONE]
+    async with openai_client(sse_app(chat_chunks(completion, include_usage=False))).chat.completions.stream(
+        model="m", messages=USER
+    ) as chat_stream:
+        rebuilt = await chat_stream.get_final_completion()
+    assert rebuilt.choices[0].message.content == text
+    assert rebuilt.choices[0].message.tool_calls[0].function.arguments == orjson.dumps(arguments).decode()  # type: ignore[index, union-attr]
