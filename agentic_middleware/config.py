@@ -34,6 +34,7 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
 MIN_KEEPALIVE = 0.01  # seconds
 SECTION = "agentic_middleware"
 ENV_PREFIX = "os.environ/"
+MCP_SERVERS = "mcp_servers"  # builds `MCPTools` hooks (agentic_middleware.mcp)
 
 
 def loop_limit(value: object, source: str, least: int = 0) -> int:
@@ -207,7 +208,7 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     if not isinstance(document, dict):
         raise ConfigurationError(f"{file}: the top level must be a mapping, got {type(document).__name__}")
     section = _mapping(document.get(SECTION) or {}, SECTION, file)
-    known = {f.name for f in fields(Settings)}
+    known = {f.name for f in fields(Settings)} | {MCP_SERVERS}
     unknown = sorted(map(str, set(section) - known))
     if unknown:
         raise ConfigurationError(
@@ -222,6 +223,9 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
         for where, listed in zip(("litellm_settings.callbacks", f"{SECTION}.hooks"), entries, strict=True)
         for hook in resolve_hooks(listed, f"{where} in {file}", file.parent.resolve())
     )
+    if options.get(MCP_SERVERS) is not None:
+        hooks += _mcp_hooks(options.pop(MCP_SERVERS), f"{SECTION}.{MCP_SERVERS}", file)
+    options.pop(MCP_SERVERS, None)
     if isinstance(options.get("on_round"), str):
         options["on_round"] = _import_callable(options["on_round"], f"{SECTION}.on_round in {file}", file.parent)
     # `os.environ/NAME` values arrive as strings: numbers and flags are read from them (a quoted YAML value is not).
@@ -244,6 +248,18 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
             (f" (from the environment variable {variables[n]})" for n in variables if f"{error}".startswith(n)), ""
         )
         raise ConfigurationError(f"{file}: {SECTION}.{error}{source}") from None
+
+
+def _mcp_hooks(entries: object, where: str, file: Path) -> tuple[object, ...]:
+    """`MCPTools` hooks from the `mcp_servers` list; the `mcp` SDK is imported only when there is one."""
+    try:
+        from .mcp import from_config
+    except ImportError as error:
+        raise ConfigurationError(f"{file}: {where} needs the mcp SDK: pip install 'agentic-middleware[mcp]'") from error
+    try:
+        return from_config(entries, where)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{file}: {error}") from None
 
 
 _NUMBERS: dict[str, Callable[[str], Any]] = {

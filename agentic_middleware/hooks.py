@@ -141,6 +141,15 @@ class AgenticHook:
     async def async_agentic_loop_cleanup_hook(self, plan: Any, kwargs: dict[str, Any]) -> None:
         return None
 
+    async def async_startup(self) -> None:
+        """Ours, not LiteLLM's: once when the gateway starts (its ASGI lifespan), or before the first request
+        that takes part when the server sends no lifespan events. Raising fails the start."""
+        return None
+
+    async def async_shutdown(self) -> None:
+        """Ours, not LiteLLM's: once when the gateway shuts down."""
+        return None
+
 
 CustomLogger = AgenticHook
 """LiteLLM's name for the same class, so ported hooks change only their imports."""
@@ -180,7 +189,7 @@ _LEGACY_METHODS = {
 _DEFAULT_OWNERS = frozenset(((__name__, "AgenticHook"), ("litellm.integrations.custom_logger", "CustomLogger")))
 
 
-def _overridden(hook: object, name: str) -> Callable[..., Any] | None:
+def overridden(hook: object, name: str) -> Callable[..., Any] | None:
     """The hook's method `name`, or None when it is absent or a base class's do-nothing default."""
     method = getattr(hook, name, None)
     if not callable(method):
@@ -205,7 +214,7 @@ class BoundHook:
             raise ConfigurationError(f"{hook!r} is not a hook: it has none of the methods {', '.join(HOOK_METHODS)}")
         self.hook = hook
         self.name = type(hook).__qualname__
-        found = {name: _overridden(hook, name) for name in HOOK_METHODS}
+        found = {name: overridden(hook, name) for name in HOOK_METHODS}
         # Decided once here: `async def` methods are awaited as they are, plain `def` ones run in a worker thread.
         self.methods = {name: None if method is None else awaitable(method) for name, method in found.items()}
         if not any(self.methods.values()):
@@ -213,7 +222,7 @@ class BoundHook:
                 "hook %s overrides none of the agentic loop methods: it will never act", self.name
             )
         for legacy, builders in _LEGACY_METHODS.items():
-            if _overridden(hook, legacy) and not any(self.methods[builder] for builder in builders):
+            if overridden(hook, legacy) and not any(self.methods[builder] for builder in builders):
                 raise ConfigurationError(
                     f"hook {self.name} implements {legacy}, which makes its own follow-up call; "
                     f"here the middleware makes it: implement {builders[0]} and return an AgenticLoopPlan"

@@ -13,8 +13,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .asgi import json_start, read_body, replay, scope_with_body_length
 from .config import Settings, load_config, merged, resolve_hooks
 from .hooks import BoundHook
+from .lifespan import HookLifecycle
 from .loop import AgenticLoop, LoopSetup, is_internal_field
 from .observe import Observer, RoundCallback
+from .surfaces import Surface
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -73,6 +75,7 @@ class AgenticLoopMiddleware:
             closing_text=closing_text,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
+        self.lifecycle = HookLifecycle(self.hooks)
         self.setup = LoopSetup(
             app,
             self.hooks,
@@ -86,7 +89,10 @@ class AgenticLoopMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
         if surface is None:
-            await self.app(scope, receive, send)
+            if scope["type"] == "lifespan":
+                await self.lifecycle.lifespan(self.app, scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
         request = await read_body(receive, self.settings.max_body_bytes)
         if request is None:
@@ -124,6 +130,8 @@ class AgenticLoopMiddleware:
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
             if takes_part:
+                if not self.lifecycle.started and not await self._started(surface, send):
+                    return
                 loop = AgenticLoop(
                     self.setup,
                     surface,
@@ -138,6 +146,17 @@ class AgenticLoopMiddleware:
                 await loop.run(raw)
                 return
         await self.app(scope, replay(raw, receive), send)
+
+    async def _started(self, surface: Surface, send: Send) -> bool:
+        """Start the hooks on first use when no lifespan event did; a failure answers 503 and is tried again."""
+        try:
+            await self.lifecycle.start()
+        except Exception as error:
+            error_body = surface.error_body(503, f"server tools are unavailable: {error}", "hooks_unavailable")
+            await send(json_start(503, len(error_body)))
+            await send({"type": "http.response.body", "body": error_body})
+            return False
+        return True
 
 
 def _stream_wishes(settings: Settings) -> list[Callable[[dict[str, Any]], Any]]:

@@ -65,6 +65,8 @@ class ServerTool:
         except Exception as error:
             logger.warning("server tool %s failed: %s: %s", self.name, type(error).__name__, error)
             return ToolResult(f"{self.name} failed: {type(error).__name__}: {error}", True)
+        if isinstance(result, ToolResult):
+            return result
         return ToolResult(result if isinstance(result, str) else orjson.dumps(result, default=str).decode())
 
 
@@ -135,10 +137,21 @@ class ServerTools(AgenticHook):
     agentic_loop_streaming: bool = True  # streaming clients get the loop too (see the middleware's `streaming`)
 
     def __post_init__(self) -> None:
-        self.by_name = {tool.name: tool for tool in self.tools}
+        self.by_name: dict[str, ServerTool] = {tool.name: tool for tool in self.tools}
         unknown = sorted(set(self.native.values()) - set(self.by_name))
         if unknown:
             raise ValueError(f"native maps to tools that are not served: {unknown}")
+
+    def declared_tool_names(self) -> list[str]:
+        """The names this hook declares now; the middleware refuses two hooks that declare the same one."""
+        return list(self.by_name)
+
+    def replace_tools(self, tools: Iterable[ServerTool]) -> None:
+        """Serve these tools from now on: for tool sources that change while serving, such as an MCP server.
+
+        Requests already running keep the tools they were given; a call to a tool gone since reads as an error.
+        """
+        self.by_name = {tool.name: tool for tool in tools}
 
     def _native_target(self, tool: Any) -> str | None:
         kind = tool.get("type") if isinstance(tool, dict) else None
@@ -193,12 +206,7 @@ class ServerTools(AgenticHook):
         """
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         calls = claim["tool_calls"]
-        results = await asyncio.gather(
-            *(
-                self.by_name[surface.call_name(call)](surface.call_input(call), self.timeout, logging_obj)
-                for call in calls
-            )
-        )
+        results = await asyncio.gather(*(self._run(surface, call, logging_obj) for call in calls))
         trace = [
             {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
             for call, result in zip(calls, results, strict=True)
@@ -209,6 +217,12 @@ class ServerTools(AgenticHook):
             request_patch=AgenticLoopRequestPatch(messages=follow_up),
             metadata={TRACE_FIELD: trace},
         )
+
+    async def _run(self, surface: Surface, call: dict[str, Any], logging_obj: Any) -> ToolResult:
+        tool = self.by_name.get(surface.call_name(call))
+        if tool is None:
+            return ToolResult(f"{surface.call_name(call)} is no longer served", True)
+        return await tool(surface.call_input(call), self.timeout, logging_obj)
 
     async def async_build_agentic_loop_plan(
         self,

@@ -22,8 +22,8 @@ def anthropic_client(app: ASGIApp, base_url: str = "http://gateway", **options: 
 
 
 def openai_client(app: ASGIApp, **options: object) -> openai.AsyncOpenAI:
+    options.setdefault("api_key", "test-key")
     return openai.AsyncOpenAI(
-        api_key="test-key",
         base_url="http://gateway/v1",
         http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
         max_retries=0,

@@ -14,11 +14,27 @@ import orjson
 from ..sse_reader import ServerSentEvent
 
 
+class Image(NamedTuple):
+    """An image a tool gave, base64-encoded."""
+
+    media_type: str
+    data: str
+
+
 class ToolResult(NamedTuple):
-    """What a server tool gave for one call: the text the model reads, and whether it is an error."""
+    """What a server tool gave for one call: the text the model reads, whether it is an error, and any images
+    (sent as image blocks where the route's tool results take them, else named in a short note)."""
 
     content: str
     is_error: bool = False
+    images: tuple[Image, ...] = ()
+
+    def as_text(self) -> str:
+        """The content with a note per image, for routes whose tool results take only text."""
+        notes = (
+            f"[image {image.media_type}: not shown, this API takes text only in tool results]" for image in self.images
+        )
+        return "\n".join((self.content, *notes)) if self.images else self.content
 
 
 class Claims(NamedTuple):

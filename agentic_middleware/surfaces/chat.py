@@ -171,7 +171,7 @@ class ChatCompletions(Surface):
                 {
                     "role": "tool",
                     "tool_call_id": call["id"],
-                    "content": f"{ERROR_MARKER}{result.content}" if result.is_error else result.content,
+                    "content": f"{ERROR_MARKER}{result.as_text()}" if result.is_error else result.as_text(),
                 }
                 for call, result in zip(calls, results, strict=True)
             ),

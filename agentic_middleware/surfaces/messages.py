@@ -32,6 +32,17 @@ def _is_tool_use(block: Any) -> bool:
     return isinstance(block, dict) and block.get("type") == "tool_use"
 
 
+def _result_content(result: ToolResult) -> str | list[dict[str, Any]]:
+    """A tool_result's content: the text alone, or text and image blocks."""
+    if not result.images:
+        return result.content
+    images = [
+        {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": image.data}}
+        for image in result.images
+    ]
+    return [{"type": "text", "text": result.content}, *images] if result.content else images
+
+
 class Messages(Surface):
     name = "messages"
     provider = "anthropic"
@@ -118,7 +129,7 @@ class Messages(Surface):
             if not _is_tool_use(block) or id(block) in answered
         ]
         tool_results = [
-            {"type": "tool_result", "tool_use_id": answered[id(call)]["id"], "content": result.content}
+            {"type": "tool_result", "tool_use_id": answered[id(call)]["id"], "content": _result_content(result)}
             | ({"is_error": True} if result.is_error else {})
             for call, result in zip(calls, results, strict=True)
         ]

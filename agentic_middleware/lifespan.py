@@ -1,0 +1,164 @@
+"""Hooks' start-up and shut-down, run on the ASGI lifespan events the middleware sees.
+
+A hook may define `async_startup()` (open connections, fetch tool lists) and `async_shutdown()`. They run after
+the wrapped app has started, so a hook may use what the app opens, and before the app shuts down. An app served
+without lifespan events (daphne sends none) starts its hooks on the first request that takes part instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ConfigurationError
+from .concurrency import awaitable
+from .hooks import BoundHook, overridden
+
+logger = logging.getLogger("agentic_middleware")
+
+STARTUP = "async_startup"
+SHUTDOWN = "async_shutdown"
+
+
+def _clashes(hooks: Sequence[BoundHook]) -> str | None:
+    """The first tool name two hooks both declare, described; hooks name theirs with `declared_tool_names()`."""
+    owners: dict[str, str] = {}
+    for hook in hooks:
+        names = getattr(hook.hook, "declared_tool_names", None)
+        for name in names() if callable(names) else ():
+            if name in owners:
+                return f"tool {name!r} is declared by both {owners[name]} and {hook.name}"
+            owners[name] = hook.name
+    return None
+
+
+class HookLifecycle:
+    """Starts the hooks once, stops them once; safe to ask from many requests at a time."""
+
+    def __init__(self, hooks: Sequence[BoundHook]) -> None:
+        self.hooks = tuple(hooks)
+        self.starting = [(hook, awaitable(method)) for hook in hooks if (method := overridden(hook.hook, STARTUP))]
+        self.stopping = [
+            (hook, awaitable(method)) for hook in reversed(hooks) if (method := overridden(hook.hook, SHUTDOWN))
+        ]
+        self.started = not self.starting
+        self._lock: asyncio.Lock | None = None
+        clash = _clashes(self.hooks)  # tools known now; those known only once started are checked then
+        if clash:
+            raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
+
+    async def start(self) -> None:
+        """Run every `async_startup` in order; on a failure, stop those that started and raise."""
+        if self.started:
+            return
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            if self.started:
+                return
+            done: list[BoundHook] = []
+            try:
+                for hook, method in self.starting:
+                    try:
+                        await method()
+                    except Exception as error:
+                        raise ConfigurationError(
+                            f"hook {hook.name} failed to start: {type(error).__name__}: {error}"
+                        ) from error
+                    done.append(hook)
+                clash = _clashes(self.hooks)
+                if clash:
+                    raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
+            except BaseException:
+                await self._stop([(h, m) for h, m in self.stopping if h in done])
+                raise
+            self.started = True
+
+    async def stop(self) -> None:
+        """Run every `async_shutdown`, last hook first; a failure is logged and the others still run."""
+        if not self.started:
+            return
+        self.started = False
+        await self._stop(self.stopping)
+
+    async def _stop(self, stopping: Sequence[tuple[BoundHook, Callable[[], Awaitable[Any]]]]) -> None:
+        for hook, method in stopping:
+            try:
+                await method()
+            except Exception:
+                logger.exception("hook %s failed to shut down", hook.name)
+
+    async def lifespan(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the lifespan events to the app, starting the hooks after it and stopping them before it.
+
+        If the hooks fail to start, the app is shut down again and the server is told the start failed. If the
+        app does not take part in lifespan (it raises or returns without answering), the hooks are run here.
+        """
+        answered = False
+        failure: Exception | None = None
+        received_startup = False
+
+        async def app_receive() -> Message:
+            nonlocal received_startup
+            if failure is not None:
+                return {"type": "lifespan.shutdown"}  # the start failed: let the app close what it opened
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                received_startup = True
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+            return message
+
+        async def app_send(message: Message) -> None:
+            nonlocal answered, failure
+            kind = message["type"]
+            if kind == "lifespan.startup.complete":
+                failure = await self._try_start()
+                if failure is not None:
+                    return  # told once the app has shut down
+            if failure is not None and kind.startswith("lifespan.shutdown."):
+                return
+            answered = True
+            await send(message)
+
+        try:
+            await app(scope, app_receive, app_send)
+        except Exception:
+            if answered or failure is not None:
+                raise
+            logger.debug("the wrapped app does not take part in lifespan: the middleware answers for its hooks")
+        if failure is not None:
+            await self._fail(send, failure)
+        if not answered:
+            await self._answer_lifespan(receive, send, received_startup)
+
+    async def _try_start(self) -> Exception | None:
+        try:
+            await self.start()
+        except Exception as error:
+            logger.error("start-up failed: %s", error)
+            return error
+        return None
+
+    @staticmethod
+    async def _fail(send: Send, error: Exception) -> None:
+        """Tell the server, then raise, as Starlette does: servers read the message, test managers the raise."""
+        await send({"type": "lifespan.startup.failed", "message": "".join(traceback.format_exception_only(error))})
+        raise error
+
+    async def _answer_lifespan(self, receive: Receive, send: Send, received_startup: bool) -> None:
+        """The lifespan protocol for an app that does not speak it: start, wait for shutdown, stop."""
+        if not received_startup:
+            await receive()
+        failure = await self._try_start()
+        if failure is not None:
+            await self._fail(send, failure)
+        await send({"type": "lifespan.startup.complete"})
+        while (await receive())["type"] != "lifespan.shutdown":
+            pass
+        await self.stop()
+        await send({"type": "lifespan.shutdown.complete"})
