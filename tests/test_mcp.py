@@ -24,7 +24,7 @@ from support import Route
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, load_config, server_tool
 from agentic_middleware.mcp import MCPTools
-from agentic_middleware.testing import RecordedRequest, ScriptedModel
+from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
 from examples.gateway.serve import serving
 
 STDIO = [sys.executable, str(Path(__file__).with_name("mcp_server.py"))]
@@ -384,3 +384,17 @@ def test_importing_the_package_does_not_import_mcp() -> None:
         "False",
         "False",
     ]
+
+
+async def test_mcp_tools_run_on_the_responses_route_with_images_as_input_images(mcp_http: MCPHTTPServer) -> None:
+    calls = function_call("define", {"word": "gist"}, "c1"), function_call("picture", {}, "c2")
+    model = ScriptedModel(response(*calls), response("seen"))
+    async with gateway(model, MCPTools(mcp_http.url)) as app:
+        result = await openai_client(app).responses.create(model="m", input="hi")
+
+    assert result.output_text == "seen"
+    assert {"define", "picture"} <= {tool["name"] for tool in model.requests[0].body["tools"]}
+    outputs = {item["call_id"]: item["output"] for item in model.requests[1].body["input"] if "output" in item}
+    assert outputs["c1"] == "gist: a word"
+    (image,) = outputs["c2"]
+    assert image["type"] == "input_image" and image["image_url"].startswith("data:image/png;base64,iVBOR")

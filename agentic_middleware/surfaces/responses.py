@@ -66,6 +66,15 @@ def _without(items: list[Any], dropped: set[int]) -> list[Any]:
     return kept
 
 
+def _tool_output(result: ToolResult) -> str | list[dict[str, Any]]:
+    """A call's output: the text alone, or text and images (`input_image` with a data URL)."""
+    text = f"{ERROR_MARKER}{result.content}" if result.is_error else result.content
+    if not result.images:
+        return text
+    images = [{"type": "input_image", "image_url": f"data:{i.media_type};base64,{i.data}"} for i in result.images]
+    return [{"type": "input_text", "text": text}, *images] if text else images
+
+
 class Responses(Surface):
     name = "responses"
     provider = "openai"
@@ -188,7 +197,7 @@ class Responses(Surface):
             {
                 "type": "custom_tool_call_output" if call.get("type") == "custom_tool_call" else "function_call_output",
                 "call_id": call.get("call_id"),
-                "output": f"{ERROR_MARKER}{result.content}" if result.is_error else result.content,
+                "output": _tool_output(result),
             }
             for call, result in zip(calls, results, strict=True)
         ]
