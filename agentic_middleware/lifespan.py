@@ -15,8 +15,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import ConfigurationError
 from .concurrency import awaitable
+from .errors import ConfigurationError
 from .hooks import BoundHook, overridden
 
 logger = logging.getLogger("agentic_middleware")
