@@ -44,7 +44,7 @@ def test_a_broken_config_stops_the_gateway_at_creation(tmp_path: Path) -> None:
         create_app(config)
 
 
-async def test_the_default_gateway_answers_with_web_search_on_both_routes() -> None:
+async def test_the_default_gateway_answers_with_web_search_on_every_route() -> None:
     app = create_app()
     reply = await anthropic_client(app).messages.create(
         model="demo", max_tokens=100, messages=[{"role": "user", "content": "Who created Git?"}]
@@ -54,6 +54,14 @@ async def test_the_default_gateway_answers_with_web_search_on_both_routes() -> N
         model="demo", messages=[{"role": "user", "content": "Where is Nairobi National Park?"}]
     )
     assert completion.choices[0].message.content.startswith('According to "Nairobi"')  # type: ignore[union-attr]
+    answer = await openai_client(app).responses.create(
+        model="demo", input="Who created Git?", tools=[{"type": "web_search_preview"}]
+    )
+    assert answer.output_text.startswith('According to "Git"')
+    assert [item.type for item in answer.output] == ["message"]
+    async with openai_client(app).responses.stream(model="demo", input="Where is Nairobi National Park?") as stream:
+        streamed = await stream.get_final_response()
+    assert streamed.output_text.startswith('According to "Nairobi"')
 
 
 async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -> None:
@@ -82,13 +90,15 @@ async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -
             model="demo", messages=[{"role": "user", "content": "Hello again"}], stream=True
         )
         pieces = [chunk.choices[0].delta.content or "" async for chunk in chunks if chunk.choices]
+        answer = await gpt.responses.create(model="demo", input="What is the capital of Australia?")
 
     assert reply.content[0].text.startswith('According to "Canberra"')  # type: ignore[union-attr]
     assert reply.stop_reason == "end_turn"
     assert completion.choices[0].message.content.startswith('According to "Mount Everest"')  # type: ignore[union-attr]
     assert streamed.content[0].text.startswith('According to "Git"')  # type: ignore[union-attr]
     assert "".join(pieces).startswith("You said: 'Hello again'.")
-    assert upstream_model.calls == 7  # a search and an answer for each question, one call for the greeting
+    assert answer.output_text.startswith('According to "Canberra"')
+    assert upstream_model.calls == 9  # a search and an answer for each question, one call for the greeting
 
 
 PATHS = ["/v1/messages", "/v1/chat/completions", "/v1/responses"]
@@ -275,11 +285,14 @@ async def test_a_stream_the_client_leaves_early_frees_its_upstream_connection() 
     assert response.json() == {"ok": True}
 
 
-async def test_the_demo_model_says_it_does_not_serve_responses() -> None:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app()), base_url="http://gw") as client:
-        response = await client.post("/v1/responses", json={"model": "demo", "input": "Hello"})
-    assert response.status_code == 404
-    assert "AGENTIC_UPSTREAM" in response.json()["error"]["message"]
+async def test_the_demo_model_answers_a_responses_stream_it_is_asked_for_directly() -> None:
+    transport = httpx.ASGITransport(app=model_app(DemoModel()))
+    async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
+        response = await client.post("/v1/responses", json={"model": "demo", "input": "Hello", "stream": True})
+        bad = await client.post("/v1/responses", json={"model": "demo", "input": {"x": 1}})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert b"You said: 'Hello'" in response.content and b"response.completed" in response.content
+    assert bad.status_code == 400 and "input string or list" in bad.json()["error"]["message"]
 
 
 def test_the_gateway_serves_with_two_workers(tmp_path: Path) -> None:
@@ -312,9 +325,10 @@ def started(log: Path) -> list[str]:
     return re.findall(r"Started server process \[\d+\]", log.read_text())
 
 
-def test_the_demo_command_prints_both_answers(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_command_prints_every_answer(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--demo"]) == 0
     out = capsys.readouterr().out
     assert 'A: According to "Canberra"' in out
     assert 'A: According to "Mount Everest"' in out
-    assert "called 4 times" in out
+    assert 'A: According to "Git"' in out
+    assert "called 6 times for these 3 requests" in out

@@ -486,3 +486,49 @@ async def test_a_failed_loop_in_a_stream_is_a_failed_response() -> None:
     assert failed.type == "response.failed"
     assert failed.response.error is not None and failed.response.error.message == "model down"
     assert failed.response.id == events[0].response.id  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_the_agents_sdk_default_model_with_a_client_function_tool(streamed: bool) -> None:
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    ran: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(city)
+        return f"sunny in {city}"
+
+    def script(request: RecordedRequest) -> dict[str, Any]:
+        items = request.body["input"]
+        outputs = {item["call_id"]: item["output"] for item in items if item.get("type") == "function_call_output"}
+        if "call_weather" in outputs:
+            return response(f"It is {outputs['call_weather']}.")
+        if "call_lookup" in outputs:
+            city = outputs["call_lookup"].removeprefix("value of ")
+            return response(function_call("get_weather", {"city": city}, "call_weather"))
+        return response(function_call("lookup", {"key": "home"}, "call_lookup"))
+
+    model = ScriptedModel(default=script)
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[tools_hook()]))
+    agent = agents.Agent(
+        name="weather",
+        instructions="Answer about the weather.",
+        tools=[get_weather],
+        model=agents.OpenAIResponsesModel(model="gpt-test", openai_client=client),
+    )
+
+    if streamed:
+        result = agents.Runner.run_streamed(agent, "What is the weather at home?")
+        kinds = [event.type async for event in result.stream_events()]
+        assert "raw_response_event" in kinds
+    else:
+        result = await agents.Runner.run(agent, "What is the weather at home?")
+
+    assert result.final_output == "It is sunny in home."
+    assert ran == ["home"]
+    assert len(model.requests) == 3
+    second_turn = model.requests[2].body
+    assert [item.get("type") for item in second_turn["input"]][-2:] == ["function_call", "function_call_output"]
+    assert [tool["name"] for tool in second_turn["tools"]] == ["get_weather", "lookup", "web_search"]

@@ -1,5 +1,6 @@
 """`python -m examples.gateway [--port 8000] [--config FILE] [--workers N]` serves the gateway on 127.0.0.1;
-`--demo` starts it on a free port, asks one question with each official SDK, prints the answers, and exits.
+`--demo` starts it on a free port, asks one question on each route with the official SDKs, prints the answers,
+and exits.
 
 With AGENTIC_UPSTREAM=http://host/v1 the gateway forwards to that model server instead of the demo model
 (`--demo` always uses the demo model: it needs no keys and no network).
@@ -50,7 +51,13 @@ async def demo(config: str) -> None:
         print("openai SDK, POST /v1/chat/completions, no tools declared (the gateway adds web_search):")
         print(f"  Q: {question}\n  A: {choice.message.content}  (finish_reason={choice.finish_reason})\n")
 
-        print(f"The model was called {model.calls} times for these 2 requests: each search ran inside the gateway.")
+        question = "Who created Git?"
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0) as gpt:
+            answer = await gpt.responses.create(model="demo", input=question, tools=[{"type": "web_search"}])
+        print("openai SDK, POST /v1/responses, with OpenAI's native web_search tool:")
+        print(f"  Q: {question}\n  A: {answer.output_text}  (status={answer.status})\n")
+
+        print(f"The model was called {model.calls} times for these 3 requests: each search ran inside the gateway.")
 
 
 def main(argv: list[str] | None = None) -> int:

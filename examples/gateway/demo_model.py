@@ -15,19 +15,18 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from agentic_middleware.testing import chat_completion, message, tool_call, tool_use
+from agentic_middleware.sse import responses_events
+from agentic_middleware.testing import chat_completion, function_call, message, response, tool_call, tool_use
 
 from .wire import Route, error_response
 
 _TOP_RESULT = re.compile(r"^\[1\] (?P<title>.+)\nURL: (?P<url>\S+)\n(?P<snippet>.+)$", re.MULTILINE)
 _STUB_KEY = re.compile(r'retrieve\(key="(?P<key>[^"]+)"\)')
 _CHAT_ERROR = "Error: "
-UPSTREAM_HINT = "AGENTIC_UPSTREAM to forward /v1/responses to a model server"
 
 
 class DemoModel:
-    """Serves the Messages and Chat Completions routes (not Responses); `calls` counts the requests it answered,
-    the loop's internal calls included."""
+    """Serves the three routes; `calls` counts the requests it answered, the loop's internal calls included."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -36,15 +35,15 @@ class DemoModel:
         return None
 
     async def __call__(self, request: Request, route: Route) -> Response:
-        if route == "responses":
-            why = f"the demo model serves /v1/messages and /v1/chat/completions; set {UPSTREAM_HINT}"
-            return error_response(route, 404, why, "not_found")
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
             body = None
+        if route == "responses" and isinstance(body, dict) and isinstance(body.get("input"), str | list):
+            body = {**body, "messages": _as_messages(body["input"])}
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return error_response(route, 400, "the body must be a JSON object with a messages list")
+            what = "an input string or list" if route == "responses" else "a messages list"
+            return error_response(route, 400, f"the body must be a JSON object with {what}")
         self.calls += 1
         model = str(body.get("model") or "demo")
         stream = body.get("stream") is True
@@ -52,6 +51,8 @@ class DemoModel:
         step = decide(_read(body, route), declared=set() if stream else _declared(body))
         if stream:
             return _stream(route, model, step[1] if step[0] == "say" else "")
+        if route == "responses":
+            return JSONResponse(response(step[1] if step[0] == "say" else function_call(step[1], step[2]), model=model))
         if step[0] == "say":
             answer = message(step[1], model=model) if route == "messages" else chat_completion(step[1], model=model)
         elif route == "messages":
@@ -105,6 +106,17 @@ def _texts(content: Any) -> list[str]:
     return []
 
 
+def _as_messages(items: str | list[Any]) -> list[Any]:
+    """Responses input as chat messages, which `_read` understands: a tool's output becomes a `tool` message."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    return [
+        {"role": "tool", "content": item.get("output")} if item.get("type") == "function_call_output" else item
+        for item in items
+        if isinstance(item, dict)
+    ]
+
+
 def _read(body: dict[str, Any], route: Route) -> Turn:
     messages = [m for m in body["messages"] if isinstance(m, dict)]
     texts = [text for m in messages for text in _texts(m.get("content"))]
@@ -115,7 +127,7 @@ def _read(body: dict[str, Any], route: Route) -> Turn:
     failed = False
     for m in messages[last + 1 :]:
         content = m.get("content")
-        if route == "chat_completions" and m.get("role") == "tool":
+        if route != "messages" and m.get("role") == "tool":
             result = " ".join(_texts(content))
             failed = result.startswith(_CHAT_ERROR)
         elif route == "messages" and isinstance(content, list):
@@ -142,6 +154,8 @@ def _stream(route: Route, model: str, text: str) -> StreamingResponse:
     """The answer as server-sent events in the route's format, a few words per event."""
     words = re.findall(r"\S+\s*", text) or [""]
     pieces = ["".join(words[i : i + 4]) for i in range(0, len(words), 4)]
+    if route == "responses":
+        return StreamingResponse(responses_events(response(text, model=model)), media_type="text/event-stream")
     return StreamingResponse(
         _messages_events(model, pieces) if route == "messages" else _chat_events(model, pieces),
         media_type="text/event-stream",
