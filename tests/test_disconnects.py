@@ -1,21 +1,19 @@
 """A client that leaves while its looped stream is being written gets nothing more: not one `send()` after it left.
 
-In-process with a recording `send`, and under uvicorn, whose buffers are made small so that the answer is
-still being written when the client hangs up.
+In-process with a recording `send`, and under uvicorn and hypercorn (which logs every write to a closed
+connection), with socket buffers made small so that the answer is still being written when the client hangs up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 from conftest import http_scope
+from servers import SERVERS, serving
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from support import Route
 
@@ -100,23 +98,6 @@ async def test_a_client_leaving_mid_answer_gets_no_further_send_in_process(route
     assert sent[-1].get("more_body") is True  # cut off mid-answer: the stream's end was not written either
 
 
-@contextlib.asynccontextmanager
-async def uvicorn_serving(app: ASGIApp, send_buffer: int) -> AsyncIterator[int]:
-    """Serves `app` on 127.0.0.1 on a port of its own, with a small send buffer on every connection."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)  # inherited by accepted sockets
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        await serving
-
-
 async def hang_up_mid_answer(port: int, route: Route) -> bytes:
     """Posts a streaming request over a socket with a tiny receive buffer, reads into the answer, hangs up."""
     body = orjson.dumps(route.request(stream=True))
@@ -140,13 +121,14 @@ async def hang_up_mid_answer(port: int, route: Route) -> bytes:
     return seen
 
 
+@pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("route", ROUTES, ids=str)
-async def test_a_client_leaving_mid_answer_gets_no_further_send_under_uvicorn(route: Route) -> None:
+async def test_a_client_leaving_mid_answer_gets_no_further_send_under_a_server(route: Route, server: str) -> None:
     recorder = Recorder(AgenticLoopMiddleware(looped_model(route), hooks=[ServerTools([lookup])]))
-    async with uvicorn_serving(recorder, send_buffer=4096) as port:
-        seen = await hang_up_mid_answer(port, route)
+    async with serving(server, recorder, send_buffer=4096) as served:
+        seen = await hang_up_mid_answer(served.port, route)
         await asyncio.wait_for(recorder.finished.wait(), 20)
 
-    assert seen.startswith(b"HTTP/1.1 200")
+    assert b" 200 " in seen.split(b"\r\n", 1)[0]
     assert recorder.after_disconnect == []
     assert recorder.sent[-1].get("more_body") is True  # the answer was cut short, and its end not written

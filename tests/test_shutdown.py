@@ -1,14 +1,19 @@
 """A request cancelled from outside (a server stopping cancels the requests still running) runs its cleanup
-hooks, and its response ends well-formed where it still can: an error event for a stream, a 503 otherwise."""
+hooks, and its response ends well-formed where it still can: an error event for a stream, a 503 otherwise.
+
+In-process with `task.cancel()`, and under uvicorn and hypercorn stopping with a grace period shorter than the loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from conftest import http_scope
+from servers import SERVERS, serving
 from starlette.types import Message
 from support import Route, ToolHook
 
@@ -71,3 +76,36 @@ async def test_a_cancelled_looped_stream_runs_its_cleanup_and_ends_with_an_error
     error = sent[-2]["body"]
     assert (b"event: error" if route.name == "messages" else b'data: {"error"') in error
     assert b"cancelled" in error
+
+
+@pytest.mark.parametrize("server", SERVERS)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_server_stopping_past_its_grace_period_leaves_the_loop_cleaned_up_and_answered(
+    server: str, stream: bool
+) -> None:
+    """The server's graceful shut-down ends before the loop does, so the server cancels the request's task."""
+    route = Route("messages")
+    rerun_arrived = asyncio.Event()
+
+    async def hang(request: RecordedRequest) -> Any:
+        rerun_arrived.set()
+        await asyncio.Event().wait()
+
+    hook = ToolHook()
+    app = AgenticLoopMiddleware(ScriptedModel(route.calls(("lookup", {"q": 1})), hang), hooks=[hook], streaming=True)
+    async with serving(server, app, graceful_timeout=0.3) as served, httpx.AsyncClient(timeout=20) as client:
+        url = f"http://127.0.0.1:{served.port}{route.path}"
+        asked = asyncio.create_task(client.post(url, json=route.request(stream=stream)))
+        await asyncio.wait_for(rerun_arrived.wait(), 10)
+        await served.stop()
+        response = await asyncio.wait_for(asked, 10)
+
+    assert len(hook.cleanups) == 1
+    if stream:
+        assert response.status_code == 200
+        assert response.text.endswith("\n\n")
+        name, data = response.text.rstrip("\n").rsplit("\n\n", 1)[-1].split("\n")
+        assert name == "event: error" and "cancelled" in orjson.loads(data.removeprefix("data: "))["error"]["message"]
+    else:
+        assert response.status_code == 503
+        assert "cancelled" in route.error(response.json())[1]
