@@ -19,6 +19,7 @@ import orjson
 
 from .concurrency import awaitable
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
+from .schema import description_of, function_schema
 from .surfaces import Surface, ToolResult, surface_for
 
 logger = logging.getLogger("agentic_middleware")
@@ -26,8 +27,6 @@ logger = logging.getLogger("agentic_middleware")
 TRACE_FIELD = "server_tool_calls"
 # A tool function that declares this parameter gets the request's `logging_obj`: per-request state lives there.
 REQUEST_PARAMETER = "logging_obj"
-
-_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 
 
 @dataclass(frozen=True)
@@ -70,22 +69,6 @@ class ServerTool:
         return ToolResult(result if isinstance(result, str) else orjson.dumps(result, default=str).decode())
 
 
-def _schema(function: Callable[..., Any]) -> dict[str, Any]:
-    """A JSON schema read off the signature: each parameter by its annotation, required unless defaulted."""
-    properties: dict[str, Any] = {}
-    required = []
-    hints = inspect.get_annotations(function, eval_str=True)
-    for name, parameter in inspect.signature(function).parameters.items():
-        if name == REQUEST_PARAMETER:
-            continue
-        annotation = hints.get(name)
-        kind = _JSON_TYPES.get(getattr(annotation, "__origin__", annotation))  # type: ignore[arg-type]
-        properties[name] = {"type": kind} if kind else {}
-        if parameter.default is inspect.Parameter.empty:
-            required.append(name)
-    return {"type": "object", "properties": properties, "required": required}
-
-
 @overload
 def server_tool(function: Callable[..., Any], /) -> ServerTool: ...
 @overload
@@ -110,8 +93,8 @@ def server_tool(
     def declare(function: Callable[..., Any]) -> ServerTool:
         return ServerTool(
             name=name or function.__name__,
-            description=description or inspect.getdoc(function) or "",
-            input_schema=input_schema or _schema(function),
+            description=description or description_of(function),
+            input_schema=input_schema or function_schema(function, frozenset((REQUEST_PARAMETER,))),
             function=function,
             timeout=timeout,
         )

@@ -35,7 +35,7 @@ def test_a_declared_tool_takes_its_name_description_and_schema_from_the_function
     assert define.description == "Look a word up in the dictionary."
     assert define.input_schema == {
         "type": "object",
-        "properties": {"word": {"type": "string"}, "language": {"type": "string"}},
+        "properties": {"word": {"type": "string"}, "language": {"type": "string", "default": "en"}},
         "required": ["word"],
     }
     assert add.description == "Add two numbers."
