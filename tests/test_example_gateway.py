@@ -12,11 +12,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
+from asgi_lifespan import LifespanManager
 from conftest import anthropic_client, openai_client
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from agentic_middleware import ConfigurationError, load_config
+from agentic_middleware.mcp import MCPTools
 from examples.compression import compression_hook
 from examples.gateway import CONFIG, DemoModel, Upstream, create_app, model_app, serving
 from examples.gateway.__main__ import main
@@ -32,8 +35,10 @@ from examples.websearch import web_search_hook
 ROOT = Path(__file__).parent.parent
 
 
-def test_the_yaml_config_names_both_example_hooks() -> None:
-    assert load_config(CONFIG).hooks == (compression_hook, web_search_hook)
+def test_the_yaml_config_names_the_example_hooks_and_mcp_server() -> None:
+    compression, search, clock = load_config(CONFIG).hooks
+    assert (compression, search) == (compression_hook, web_search_hook)
+    assert isinstance(clock, MCPTools) and clock.server == ["python", "-m", "examples.mcp_server"]
     assert load_config(CONFIG).max_agentic_loops == 4
 
 
@@ -44,8 +49,12 @@ def test_a_broken_config_stops_the_gateway_at_creation(tmp_path: Path) -> None:
         create_app(config)
 
 
-async def test_the_default_gateway_answers_with_web_search_on_every_route() -> None:
-    app = create_app()
+async def test_the_default_gateway_answers_with_web_search_and_mcp_on_every_route() -> None:
+    async with LifespanManager(create_app()) as started:
+        await _default_gateway_answers(started.app)
+
+
+async def _default_gateway_answers(app: Any) -> None:
     reply = await anthropic_client(app).messages.create(
         model="demo", max_tokens=100, messages=[{"role": "user", "content": "Who created Git?"}]
     )
@@ -62,6 +71,10 @@ async def test_the_default_gateway_answers_with_web_search_on_every_route() -> N
     async with openai_client(app).responses.stream(model="demo", input="Where is Nairobi National Park?") as stream:
         streamed = await stream.get_final_response()
     assert streamed.output_text.startswith('According to "Nairobi"')
+    completion = await openai_client(app).chat.completions.create(
+        model="demo", messages=[{"role": "user", "content": "What time is it in Nairobi?"}]
+    )
+    assert re.fullmatch(r"It is \d\d:\d\d in Nairobi \(UTC\+03:00\)\.", completion.choices[0].message.content or "")
 
 
 async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -> None:
@@ -118,9 +131,11 @@ async def gateway_to(upstream: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the gateway (in-process), whose Upstream reaches `upstream` served by uvicorn."""
     async with serving(upstream) as upstream_url:
         forwarding = Upstream(f"{upstream_url}/v1")
-        gateway = create_app(CONFIG, forwarding)
         try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://gw") as client:
+            async with (
+                LifespanManager(create_app(CONFIG, forwarding)) as gateway,
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client,
+            ):
                 yield client
         finally:
             await forwarding.aclose()
@@ -173,7 +188,7 @@ async def test_the_responses_route_is_forwarded_with_its_body_and_answer_unchang
     assert seen[0].url.path == "/v1/responses"
     (forwarded,) = (json.loads(sent) for sent in bodies)  # the middleware declared the gateway's server tools
     assert {**forwarded, "tools": None} == {**json.loads(body), "tools": None}
-    assert [tool["name"] for tool in forwarded["tools"]] == ["web_search"]
+    assert [tool["name"] for tool in forwarded["tools"]] == ["web_search", "local_time"]
 
 
 async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
@@ -181,7 +196,14 @@ async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
     forwarding = Upstream(f"http://127.0.0.1:{port}/v1")
-    gateway = create_app(CONFIG, forwarding)
+    async with LifespanManager(create_app(CONFIG, forwarding)) as started:
+        await _unreachable(started.app, port)
+    await forwarding.aclose()
+    with pytest.raises(ValueError, match="http"):
+        Upstream("localhost:8000")
+
+
+async def _unreachable(gateway: Any, port: int) -> None:
     with pytest.raises(anthropic.APIStatusError) as raised:
         await anthropic_client(gateway).messages.create(
             model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
@@ -195,9 +217,6 @@ async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
             error = response.json()["error"]
             assert (error["type"], error["code"]) == ("server_error", "upstream")
             assert f"127.0.0.1:{port}{path} failed" in error["message"]
-    await forwarding.aclose()
-    with pytest.raises(ValueError, match="http"):
-        Upstream("localhost:8000")
 
 
 @asynccontextmanager
@@ -331,4 +350,5 @@ def test_the_demo_command_prints_every_answer(capsys: pytest.CaptureFixture[str]
     assert 'A: According to "Canberra"' in out
     assert 'A: According to "Mount Everest"' in out
     assert 'A: According to "Git"' in out
-    assert "called 6 times for these 3 requests" in out
+    assert "called 8 times for these 4 requests" in out
+    assert re.search(r"A: It is \d\d:\d\d in Tokyo \(UTC\+09:00\)\.", out)

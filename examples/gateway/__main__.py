@@ -57,7 +57,18 @@ async def demo(config: str) -> None:
         print("openai SDK, POST /v1/responses, with OpenAI's native web_search tool:")
         print(f"  Q: {question}\n  A: {answer.output_text}  (status={answer.status})\n")
 
-        print(f"The model was called {model.calls} times for these 3 requests: each search ran inside the gateway.")
+        question = "What time is it in Tokyo?"
+        async with anthropic.AsyncAnthropic(base_url=url, api_key="demo", max_retries=0) as claude:
+            reply = await claude.messages.create(
+                model="demo", max_tokens=512, messages=[{"role": "user", "content": question}]
+            )
+        text = "".join(block.text for block in reply.content if block.type == "text")
+        if not text.startswith("It is "):
+            raise SystemExit(f"the example MCP server did not answer (see the warnings above): {text}")
+        print("anthropic SDK, POST /v1/messages, answered with local_time from the example MCP server (stdio):")
+        print(f"  Q: {question}\n  A: {text}  (stop_reason={reply.stop_reason})\n")
+
+        print(f"The model was called {model.calls} times for these 4 requests: each tool ran inside the gateway.")
 
 
 def main(argv: list[str] | None = None) -> int:

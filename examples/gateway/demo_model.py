@@ -1,7 +1,8 @@
 """The gateway's default model: a scripted stand-in that uses the server tools as a real model would.
 
-It calls `retrieve` for a compressed stub, `web_search` for a question (one ending in "?"), and answers from the
-tool result once one is in the history, citing the top search result. No keys, no network.
+It calls `retrieve` for a compressed stub, `local_time` (the example MCP server's tool) for "What time is it in
+<city>?", `web_search` for another question (one ending in "?"), and answers from the tool result once one is in
+the history, citing the top search result. No keys, no network.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from agentic_middleware.testing import chat_completion, function_call, message, 
 from .wire import Route, error_response
 
 _TOP_RESULT = re.compile(r"^\[1\] (?P<title>.+)\nURL: (?P<url>\S+)\n(?P<snippet>.+)$", re.MULTILINE)
+_TIME_IN = re.compile(r"^what time is it in (?P<city>[^?]+)\?$", re.IGNORECASE)
+_LOCAL_TIME = re.compile(r"^It is \d\d:\d\d in ")
 _STUB_KEY = re.compile(r'retrieve\(key="(?P<key>[^"]+)"\)')
 _CHAT_ERROR = "Error: "
 
@@ -79,6 +82,9 @@ def decide(turn: Turn, declared: set[str]) -> tuple[str, Any, Any]:
     stub = next((match for text in turn.texts for match in _STUB_KEY.finditer(text)), None)
     if stub and "retrieve" in declared:
         return "call", "retrieve", {"key": stub["key"]}
+    time_in = _TIME_IN.match(turn.question.strip())
+    if time_in and "local_time" in declared:
+        return "call", "local_time", {"city": time_in["city"]}
     if "web_search" in declared and turn.question.rstrip().endswith("?"):
         return "call", "web_search", {"query": turn.question.strip()}
     if turn.question.rstrip().endswith("?"):
@@ -89,6 +95,8 @@ def decide(turn: Turn, declared: set[str]) -> tuple[str, Any, Any]:
 def answer_from(result: str, failed: bool) -> str:
     if failed:
         return f"The tool failed, so I cannot answer: {result}"
+    if _LOCAL_TIME.match(result):
+        return result
     top = _TOP_RESULT.search(result)
     if top:
         sentence = top["snippet"].split(". ")[0].rstrip(".")
