@@ -45,7 +45,7 @@ class RoundRecord:
 
 RoundCallback = Callable[[RoundRecord], Any]
 
-_WARNINGS = frozenset(("limit", "repeated_tool_calls", "hook_error", "app_error", "timeout"))
+_WARNINGS = frozenset(("limit", "repeated_tool_calls", "hook_error", "app_error", "timeout", "cancelled"))
 
 
 def _level(record: RoundRecord) -> int:
