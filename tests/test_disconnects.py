@@ -15,7 +15,7 @@ import pytest
 from conftest import http_scope
 from servers import SERVERS, serving
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from support import Route
+from support import Route, ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
 from agentic_middleware.testing import ScriptedModel, chat_completion, message
@@ -132,3 +132,29 @@ async def test_a_client_leaving_mid_answer_gets_no_further_send_under_a_server(r
     assert b" 200 " in seen.split(b"\r\n", 1)[0]
     assert recorder.after_disconnect == []
     assert recorder.sent[-1].get("more_body") is True  # the answer was cut short, and its end not written
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=str)
+async def test_a_send_that_raises_is_the_last_one_and_the_loop_still_cleans_up(route: Route) -> None:
+    """Some servers raise on a write to a closed connection (the ASGI spec asks for an `OSError`)."""
+    raw = orjson.dumps(route.request(stream=True))
+    incoming = [{"type": "http.request", "body": raw, "more_body": False}]
+    calls: list[Message] = []
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await asyncio.Event().wait()  # the server never says the client left: the raise is the only sign
+        return {}
+
+    async def send(message: Message) -> None:
+        calls.append(message)
+        if len(calls) >= 5:
+            raise ConnectionResetError("the client is gone")
+
+    hook = ToolHook("lookup")
+    app = AgenticLoopMiddleware(looped_model(route), hooks=[hook], streaming=True)
+    await asyncio.wait_for(app(http_scope(route.path, raw), receive, send), 10)
+
+    assert len(calls) == 5  # the one that raised was the last
+    assert len(hook.cleanups) == 1
