@@ -427,16 +427,18 @@ async def litellm_side_by_side(config: Config) -> list[Row]:
         for target, spec in {**targets, "ours, 2 workers": two_workers}.items()
         for results in [throughput[target]]
     )
-    rates = f"req/s: {rates}; CPU per request (µs) of each process, {spent}"
+    rates = f"req/s: {rates}"
     name = "3-rerun req/s at concurrency 16"
     if "LiteLLM proxy" in rps:
         figure = median_ratio(rps["ours"], rps["LiteLLM proxy"])
         rows.append(Row(6, name, "ours / LiteLLM proxy", figure, 3, rates, at_least=True))
     else:
         rows.append(skipped(f"{name}, ours / LiteLLM proxy: proxy {why}"))
-    for target in ("ours", "ours, 2 workers"):
-        figure = median_ratio(rps[target], rps["client loop"])
-        rows.append(Row(6, name, f"{target} / no gateway (client loop)", figure, 0.5, rates, at_least=True))
+    figure = median_ratio(rps["ours"], rps["client loop"])
+    rows.append(Row(6, name, "ours / no gateway (client loop)", figure, 0.5, rates, at_least=True))
+    figure = median_ratio(rps["ours, 2 workers"], rps["client loop"])
+    detail = f"{rates}; CPU per request (µs) of each process, the same lean client driving all: {spent}"
+    rows.append(Row(6, name, "ours with 2 workers / no gateway (client loop)", figure, 0.5, detail, at_least=True))
 
     others = ", ".join(f"{target} {value:.0f} MB" for target, value in rss.items() if target != "ours")
     note = f"{others} (the SDK's is the load generator's process, LiteLLM imported)"

@@ -191,6 +191,16 @@ async def test_the_responses_route_is_forwarded_with_its_body_and_answer_unchang
     assert [tool["name"] for tool in forwarded["tools"]] == ["web_search", "local_time"]
 
 
+async def test_cookies_the_upstream_sets_are_not_sent_up_with_the_next_request() -> None:
+    seen: list[Request] = []
+    upstream = recording_upstream(seen, Response(b"{}", media_type="application/json", headers={"set-cookie": "s=1"}))
+    async with gateway_to(upstream) as client:
+        first = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
+        await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
+    assert "set-cookie" not in first.headers  # only the listed headers come back
+    assert [request.headers.get("cookie") for request in seen] == [None, None]
+
+
 async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -47,7 +47,9 @@ class Upstream:
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.connections)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT)
+            # No cookie jar: cookies the upstream sets belong to one client and must not go up with another's.
+            jar = aiohttp.DummyCookieJar()
+            self._session = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT, cookie_jar=jar)
         return self._session
 
     async def aclose(self) -> None:
