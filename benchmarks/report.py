@@ -42,11 +42,13 @@ def environment() -> str:
     return f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, {packages}"
 
 
-def write_markdown(rows: Sequence[Row], path: Path, quick: bool) -> None:
+def write_markdown(rows: Sequence[Row], path: Path, quick: bool, load: str = "") -> None:
+    """`load` says how busy the machine was: on a shared machine the absolute figures move with it."""
     mode = " (quick mode: too short to mean anything, it only proves the harness works)" if quick else ""
+    busy = f" Load average (1 min) {load}." if load else ""
     path.write_text(
         f"# Benchmark results{mode}\n\n"
-        f"`python -m benchmarks`: {environment()}.\n"
+        f"`python -m benchmarks`: {environment()}.{busy}\n"
         "Every figure is from paired, interleaved runs in one process; times are medians.\n\n"
         f"{table(rows)}\n",
         encoding="utf-8",

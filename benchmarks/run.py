@@ -39,11 +39,13 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     config = Config(quick=args.quick, litellm_python=args.litellm_python)
     out: Path = args.out or (Path(tempfile.mkdtemp(prefix="benchmarks-")) if args.quick else HERE)
     rows: list[Row] = []
+    load = os.getloadavg()[0]
     for number in args.case or sorted(CASES):
         rows += asyncio.run(CASES[number](config))
     print(table(rows))
     out.mkdir(parents=True, exist_ok=True)
-    write_markdown(rows, out / "results.md", config.quick)
+    busy = f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    write_markdown(rows, out / "results.md", config.quick, busy)
     write_chart(rows, out / "chart.png")
     print(f"\nwrote {out / 'results.md'} and {out / 'chart.png'}")
     return rows
