@@ -31,6 +31,7 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 
 from .errors import ConfigurationError
+from .schema import portable
 from .surfaces import Image, ToolResult
 from .tools import ServerTool, ServerTools
 
@@ -261,7 +262,7 @@ class MCPTools(ServerTools):
         async def call(**arguments: Any) -> ToolResult:
             return await self._call(tool.name, name, arguments)
 
-        schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
+        schema = portable(tool.input_schema) if isinstance(tool.input_schema, dict) else {"type": "object"}
         return ServerTool(name, tool.description or tool.title or "", schema, call)
 
     async def _call(self, tool: str, name: str, arguments: dict[str, Any]) -> ToolResult:

@@ -97,6 +97,18 @@ def type_schema(annotation: Any, definitions: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+def portable(schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema from elsewhere (an MCP server's) made to suit every provider as ours are: titles dropped,
+    `$ref`s inlined unless a type refers to itself, arrays given `items`, and an object at the top."""
+    found = schema.get("$defs")
+    defs: dict[str, Any] = found if isinstance(found, dict) else {}
+    recursive = {name for name in defs if _refers_to(defs[name], name, defs, set())}
+    cleaned: dict[str, Any] = _cleaned({k: v for k, v in schema.items() if k != "$defs"}, defs, recursive)
+    if recursive:
+        cleaned["$defs"] = {name: _cleaned(defs[name], defs, recursive) for name in recursive}
+    return {**cleaned, "type": "object"} if "type" not in cleaned else cleaned
+
+
 def _unannotated(annotation: Any) -> tuple[Any, str | None]:
     """`Annotated[T, "text", ...]` as T and its first text; anything else as it is."""
     if typing.get_origin(annotation) is typing.Annotated:

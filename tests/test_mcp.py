@@ -145,7 +145,7 @@ async def test_an_mcp_servers_tools_are_declared_and_run_on_both_routes(
         for tool in model.requests[0].body["tools"]
         if (tool.get("name") or tool["function"]["name"]) == "define"
     )
-    assert schema["properties"]["word"]["type"] == "string" and schema["required"] == ["word"]
+    assert schema == {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}  # no titles
 
 
 async def test_allow_and_deny_lists_and_a_prefix(mcp_http: MCPHTTPServer, route: Route) -> None:
@@ -398,3 +398,12 @@ async def test_mcp_tools_run_on_the_responses_route_with_images_as_input_images(
     assert outputs["c1"] == "gist: a word"
     (image,) = outputs["c2"]
     assert image["type"] == "input_image" and image["image_url"].startswith("data:image/png;base64,iVBOR")
+
+
+async def test_forwarded_headers_are_not_mixed_between_concurrent_requests(mcp_http: MCPHTTPServer) -> None:
+    route = Route("chat")
+    call = route.calls(("whoami", {}))
+    model = ScriptedModel(default=lambda r: call if len(r.body["messages"]) == 1 else answer_with_results(route)(r))
+    async with gateway(model, MCPTools(mcp_http.url, forward_headers=["authorization"])) as app:
+        answers = await asyncio.gather(*(ask(route, app, api_key=f"user-{n}") for n in range(8)))
+    assert [answer.partition(" pid=")[0] for answer in answers] == [f"authorization=Bearer user-{n}" for n in range(8)]
