@@ -39,7 +39,7 @@ logger = logging.getLogger("agentic_middleware")
 
 FIRST_RETRY = 0.1  # seconds before the first reconnection; doubled after each failure
 LAST_RETRY = 30.0
-MIN_CONNECT_TIMEOUT = 10.0  # a stdio server may take seconds to start even when calls are bounded tighter
+MIN_CONNECT_TIMEOUT = 30.0  # a stdio server may take seconds to start even when calls are bounded tighter
 _TOOL_NAME = re.compile(r"[^a-zA-Z0-9_-]")  # what both APIs accept in a tool name, 64 characters at most
 
 
@@ -48,7 +48,7 @@ class MCPTools(ServerTools):
 
     `prefix` names the tools `<prefix>_<name>` (two servers with the same tool name need one); `allowed_tools`
     and `denied_tools` are tool names or shell patterns (`"get_*"`), as the server names them. `timeout` bounds
-    each call, and the connection (at least 10 s). `headers` go with every HTTP request to the server;
+    each call, and the connection (at least 30 s). `headers` go with every HTTP request to the server;
     `forward_headers` names headers of the client's request that go with each call made for it (per-user auth).
     A server that cannot be reached at start-up leaves its tools out (and keeps being retried), unless
     `required`, which fails the start.

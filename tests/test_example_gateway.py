@@ -33,6 +33,7 @@ from examples.gateway.__main__ import main
 from examples.websearch import web_search_hook
 
 ROOT = Path(__file__).parent.parent
+PATIENT = {"startup_timeout": 60, "shutdown_timeout": 30}  # the example MCP server starts in a process of its own
 
 
 def test_the_yaml_config_names_the_example_hooks_and_mcp_server() -> None:
@@ -50,7 +51,7 @@ def test_a_broken_config_stops_the_gateway_at_creation(tmp_path: Path) -> None:
 
 
 async def test_the_default_gateway_answers_with_web_search_and_mcp_on_every_route() -> None:
-    async with LifespanManager(create_app()) as started:
+    async with LifespanManager(create_app(), **PATIENT) as started:
         await _default_gateway_answers(started.app)
 
 
@@ -133,7 +134,7 @@ async def gateway_to(upstream: Starlette) -> AsyncIterator[httpx.AsyncClient]:
         forwarding = Upstream(f"{upstream_url}/v1")
         try:
             async with (
-                LifespanManager(create_app(CONFIG, forwarding)) as gateway,
+                LifespanManager(create_app(CONFIG, forwarding), **PATIENT) as gateway,
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client,
             ):
                 yield client
@@ -206,7 +207,7 @@ async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
     forwarding = Upstream(f"http://127.0.0.1:{port}/v1")
-    async with LifespanManager(create_app(CONFIG, forwarding)) as started:
+    async with LifespanManager(create_app(CONFIG, forwarding), **PATIENT) as started:
         await _unreachable(started.app, port)
     await forwarding.aclose()
     with pytest.raises(ValueError, match="http"):

@@ -27,6 +27,8 @@ from agentic_middleware.mcp import MCPTools
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
 from examples.gateway.serve import serving
 
+# Starting a stdio server imports the SDK in a new process: seconds on a loaded machine, past the manager's 5 s.
+PATIENT = {"startup_timeout": 60, "shutdown_timeout": 30}
 STDIO = [sys.executable, str(Path(__file__).with_name("mcp_server.py"))]
 
 
@@ -96,7 +98,7 @@ def route(request: pytest.FixtureRequest) -> Route:
 async def gateway(model: Any, *hooks: object) -> AsyncIterator[AgenticLoopMiddleware]:
     """The middleware in front of `model`, started and shut down through its ASGI lifespan."""
     app = AgenticLoopMiddleware(model, hooks=list(hooks))
-    async with LifespanManager(app):  # type: ignore[arg-type]
+    async with LifespanManager(app, **PATIENT):  # type: ignore[arg-type]
         yield app
 
 
@@ -337,7 +339,7 @@ async def test_the_wrapped_apps_lifespan_still_runs_around_the_hooks(mcp_http: M
             await super().async_shutdown()
 
     app = AgenticLoopMiddleware(Starlette(lifespan=lifespan), hooks=[Recorder(mcp_http.url)])
-    async with LifespanManager(app):  # type: ignore[arg-type]
+    async with LifespanManager(app, **PATIENT):  # type: ignore[arg-type]
         assert events == ["app started", "hook starting"]
     assert events == ["app started", "hook starting", "hook stopping", "app stopped"]
 
