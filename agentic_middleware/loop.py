@@ -35,6 +35,7 @@ from .observe import (
     RoundRecord,
     set_attributes,
     sum_usage,
+    usage_added,
 )
 from .payload import JSONObject, parse_object, wrap
 from .stream import EventStream
@@ -130,6 +131,7 @@ class AgenticLoop:
         self.stop_reason = "finished"
         self.plan_stop_reason: str | None = None
         self.usages: list[Any] = []
+        self.hooks_usage: Any = None  # what post hooks added to the final usage (a server tool's counters)
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self._logging_obj: AgenticLoopLogging | None = None
         self.round = RoundRecord(self.call_id, surface.name, 0)
@@ -264,7 +266,8 @@ class AgenticLoop:
             rewritten = answer.rewritten and isinstance(answer.data, dict)
             data = answer.data if rewritten else parse_object(answer.raw)
             if data is not None:
-                answer = answer.replaced(JSONObject(data, usage=sum_usage(self.usages)))
+                # What post hooks added (a server tool's own counters) counts on top of every call's usage.
+                answer = answer.replaced(JSONObject(data, usage=sum_usage([self.hooks_usage, *self.usages])))
         return answer.reply(self.loop_headers())
 
     def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:
@@ -450,12 +453,15 @@ class AgenticLoop:
         This is the order LiteLLM's nested follow-up calls give: each post hook
         shapes what its own follow-up returned, which is the final answer.
         """
+        before = answer.data.get("usage") if self.executed and isinstance(answer.data, Mapping) else None
         while self.executed:
             step = self.executed.pop()
             try:
                 answer = await self.post_processed(step, answer)
             finally:
                 await self.clean_up_after(step)
+        if before is not None and isinstance(answer.data, Mapping):
+            self.hooks_usage = usage_added(before, answer.data.get("usage"))
         return answer
 
     async def post_processed(self, step: Rerun, answer: Answer) -> Answer:

@@ -72,6 +72,27 @@ def sum_usage(usages: Sequence[Any]) -> Any:
     return total
 
 
+def usage_added(before: Any, after: Any) -> dict[str, Any] | None:
+    """The counters `after` has beyond `before` (new ones whole, grown ones by how much they grew), nested ones
+    too: what a post hook added to a usage, so that summing the calls' usages keeps it."""
+    if not isinstance(after, Mapping):
+        return None
+    before = before if isinstance(before, Mapping) else {}
+    added: dict[str, Any] = {}
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(value, Mapping):
+            inner = usage_added(old, value)
+            if inner:
+                added[key] = inner
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            if not isinstance(old, int | float) or isinstance(old, bool):
+                added[key] = value
+            elif value != old:
+                added[key] = value - old
+    return added or None
+
+
 class Observer:
     """Where a loop reports its rounds: the log, the operator's callback, and optionally OpenTelemetry."""
 

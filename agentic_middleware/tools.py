@@ -19,14 +19,18 @@ import orjson
 
 from .concurrency import awaitable
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
+from .native import MAX_USES_EXCEEDED, UNAVAILABLE, NativeOptions, NativeRequest, NativeRound, NativeRun, query_of
 from .schema import description_of, function_schema
 from .surfaces import Surface, ToolResult, surface_for
 
 logger = logging.getLogger("agentic_middleware")
 
 TRACE_FIELD = "server_tool_calls"
+NATIVE_FIELD = "native_round"  # a plan's record of the round's native calls (see native/)
 # A tool function that declares this parameter gets the request's `logging_obj`: per-request state lives there.
 REQUEST_PARAMETER = "logging_obj"
+# A tool function that declares this parameter gets the client's native tool options (`NativeOptions`, or None).
+NATIVE_PARAMETER = "native_options"
 
 
 @dataclass(frozen=True)
@@ -45,17 +49,24 @@ class ServerTool:
     timeout: float | None = None
     run: Callable[..., Awaitable[Any]] = field(init=False, repr=False, compare=False)
     wants_request: bool = field(init=False, repr=False, compare=False)
+    wants_native: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "run", awaitable(self.function))
-        object.__setattr__(self, "wants_request", REQUEST_PARAMETER in inspect.signature(self.function).parameters)
+        parameters = inspect.signature(self.function).parameters
+        object.__setattr__(self, "wants_request", REQUEST_PARAMETER in parameters)
+        object.__setattr__(self, "wants_native", NATIVE_PARAMETER in parameters)
 
-    async def __call__(self, arguments: Any, timeout: float, logging_obj: Any) -> ToolResult:
+    async def __call__(
+        self, arguments: Any, timeout: float, logging_obj: Any, native: NativeOptions | None = None
+    ) -> ToolResult:
         """Run once; a failure or a timeout becomes an error result the model can read."""
         if not isinstance(arguments, dict):
             return ToolResult(f"{self.name} needs a JSON object of arguments, got {arguments!r}", True)
         if self.wants_request:
             arguments = {**arguments, REQUEST_PARAMETER: logging_obj}
+        if self.wants_native:
+            arguments = {**arguments, NATIVE_PARAMETER: native}
         try:
             async with asyncio.timeout(self.timeout or timeout):
                 result = await self.run(**arguments)
@@ -94,7 +105,7 @@ def server_tool(
         return ServerTool(
             name=name or function.__name__,
             description=description or description_of(function),
-            input_schema=input_schema or function_schema(function, frozenset((REQUEST_PARAMETER,))),
+            input_schema=input_schema or function_schema(function, frozenset((REQUEST_PARAMETER, NATIVE_PARAMETER))),
             function=function,
             timeout=timeout,
         )
@@ -108,7 +119,8 @@ class ServerTools(AgenticHook):
 
     `native` maps a client-declared native tool to one of ours by its `type` (or the type's prefix before the
     date): `{"web_search": "web_search"}` turns Anthropic's `{"type": "web_search_20250305", ...}`, and OpenAI
-    Responses' `{"type": "web_search"}` and `{"type": "web_search_preview"}`, into our `web_search` function tool.
+    Responses' `{"type": "web_search"}` and `{"type": "web_search_preview"}`, into our `web_search` function tool;
+    the client then gets the provider's own record of each call (see native/ and docs/native-tools.md).
     `timeout` bounds each call unless the tool sets its own; `keep_trace` adds to the final response a
     `server_tool_calls` list of what ran.
     """
@@ -147,14 +159,29 @@ class ServerTools(AgenticHook):
     async def async_pre_agentic_loop_request_hook(
         self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
     ) -> dict[str, Any] | None:
-        """Declare our tools; a client tool of the same name, or a native tool mapped to one, gives way to ours."""
+        """Declare our tools; a client tool of the same name, or a native tool mapped to one, gives way to ours.
+
+        The native tools the client declared are kept for the request's rounds, and the records of earlier turns'
+        native calls in its history are turned back into the app's own calls and results.
+        """
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
+        native = surface.native_format() if self.native else None
         client_tools = request.get("tools")
-        kept = [
-            tool
-            for tool in (client_tools if isinstance(client_tools, list) else ())
-            if self._native_target(tool) is None and surface.declared_name(tool) not in self.by_name
-        ]
+        kept = []
+        declared: dict[str, NativeOptions] = {}
+        for tool in [
+            *(client_tools if isinstance(client_tools, list) else ()),
+            *(native.declared(request) if native else ()),
+        ]:
+            target = self._native_target(tool)
+            if target is not None:
+                declared.setdefault(target, NativeOptions.read(tool))
+            elif surface.declared_name(tool) not in self.by_name:
+                kept.append(tool)
+        if declared:
+            NativeRequest(declared).keep(logging_obj)
+        if native is not None:
+            request = native.request(request, self.native)
         ours = [surface.tool_definition(t.name, t.description, t.input_schema) for t in self.by_name.values()]
         return {**request, "tools": [*kept, *ours]}
 
@@ -189,23 +216,42 @@ class ServerTools(AgenticHook):
         """
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         calls = claim["tool_calls"]
-        results = await asyncio.gather(*(self._run(surface, call, logging_obj) for call in calls))
+        native = NativeRequest.of(logging_obj)
+        runs = await asyncio.gather(*(self._run(surface, call, logging_obj, native) for call in calls))
+        results = [result for result, _ in runs]
         trace = [
             {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
             for call, result in zip(calls, results, strict=True)
         ]
         follow_up = [*messages, *surface.follow_up(response, calls, results)]
+        metadata: dict[str, Any] = {TRACE_FIELD: trace}
+        if recorded := tuple(run for _, run in runs if run is not None):
+            metadata[NATIVE_FIELD] = NativeRound(response, recorded)
         return AgenticLoopPlan(
-            run_agentic_loop=True,
-            request_patch=AgenticLoopRequestPatch(messages=follow_up),
-            metadata={TRACE_FIELD: trace},
+            run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=follow_up), metadata=metadata
         )
 
-    async def _run(self, surface: Surface, call: dict[str, Any], logging_obj: Any) -> ToolResult:
-        tool = self.by_name.get(surface.call_name(call))
+    async def _run(
+        self, surface: Surface, call: dict[str, Any], logging_obj: Any, native: NativeRequest | None
+    ) -> tuple[ToolResult, NativeRun | None]:
+        """One call's result, and its native record when the client declared the tool natively."""
+        name = surface.call_name(call)
+        tool = self.by_name.get(name)
         if tool is None:
-            return ToolResult(f"{surface.call_name(call)} is no longer served", True)
-        return await tool(surface.call_input(call), self.timeout, logging_obj)
+            return ToolResult(f"{name} is no longer served", True), None
+        options = native.declared.get(name) if native is not None else None
+        if native is None or options is None:
+            return await tool(surface.call_input(call), self.timeout, logging_obj), None
+        query = query_of(surface.call_input(call))
+        client_name = str(options.declared.get("name") or name)
+        if not native.take(name):
+            return native.exceeded(name, options), NativeRun(
+                call, client_name, query, native.exceeded(name, options), MAX_USES_EXCEEDED
+            )
+        result = native.restricted(
+            await tool(surface.call_input(call), self.timeout, logging_obj, options), options, query
+        )
+        return result, NativeRun(call, client_name, query, result, UNAVAILABLE if result.is_error else None)
 
     async def async_build_agentic_loop_plan(
         self,
@@ -248,7 +294,14 @@ class ServerTools(AgenticHook):
         return await self._plan(tools, messages, response, logging_obj, kwargs)
 
     async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: dict[str, Any]) -> Any:
-        """With `keep_trace`, record what ran; post hooks run innermost first, so earlier rounds go in front."""
-        if not self.keep_trace or not isinstance(response, dict):
+        """The round's native record, and with `keep_trace` what ran; post hooks run innermost first, so earlier
+        rounds go in front."""
+        if not isinstance(response, dict):
+            return response
+        recorded = plan.metadata.get(NATIVE_FIELD)
+        native = surface_for(kwargs["_agentic_loop_api_surface"]).native_format() if recorded else None
+        if native is not None:
+            response = native.record(response, recorded)
+        if not self.keep_trace:
             return response
         return {**response, TRACE_FIELD: [*plan.metadata[TRACE_FIELD], *(response.get(TRACE_FIELD) or [])]}

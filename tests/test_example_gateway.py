@@ -106,7 +106,10 @@ async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -
         pieces = [chunk.choices[0].delta.content or "" async for chunk in chunks if chunk.choices]
         answer = await gpt.responses.create(model="demo", input="What is the capital of Australia?")
 
-    assert reply.content[0].text.startswith('According to "Canberra"')  # type: ignore[union-attr]
+    # The client declared Anthropic's native web search: it gets the search's record, then the answer.
+    assert [block.type for block in reply.content] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert reply.content[2].text.startswith('According to "Canberra"')  # type: ignore[union-attr]
+    assert reply.usage.server_tool_use is not None and reply.usage.server_tool_use.web_search_requests == 1
     assert reply.stop_reason == "end_turn"
     assert completion.choices[0].message.content.startswith('According to "Mount Everest"')  # type: ignore[union-attr]
     assert streamed.content[0].text.startswith('According to "Git"')  # type: ignore[union-attr]

@@ -62,8 +62,8 @@ async def test_a_native_web_search_tool_is_served_by_ours_under_the_anthropic_sd
         tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}],
     )
 
-    assert [block.type for block in reply.content] == ["text"]
-    assert reply.content[0].text == "Found: [1] Canberra"  # type: ignore[union-attr]
+    assert [block.type for block in reply.content] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert reply.content[2].text == "Found: [1] Canberra"  # type: ignore[union-attr]
     assert reply.stop_reason == "end_turn"
     (declared,) = model.requests[0].body["tools"]
     assert declared["name"] == "web_search" and "type" not in declared

@@ -7,11 +7,14 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
 from ..sse_reader import ServerSentEvent
+
+if TYPE_CHECKING:
+    from ..native import NativeFormat
 
 
 class Image(NamedTuple):
@@ -21,13 +24,24 @@ class Image(NamedTuple):
     data: str
 
 
+class Source(NamedTuple):
+    """One document a search found: what a native search record shows, and what citations point at."""
+
+    url: str
+    title: str
+    text: str = ""  # the snippet or page text the model reads
+    page_age: str | None = None  # as the source gives it ("2 days ago", "2025-04-01")
+
+
 class ToolResult(NamedTuple):
-    """What a server tool gave for one call: the text the model reads, whether it is an error, and any images
-    (sent as image blocks where the route's tool results take them, else named in a short note)."""
+    """What a server tool gave for one call: the text the model reads, whether it is an error, any images
+    (sent as image blocks where the route's tool results take them, else named in a short note), and the
+    sources a search found (see `agentic_middleware.native.search_result`)."""
 
     content: str
     is_error: bool = False
     images: tuple[Image, ...] = ()
+    sources: tuple[Source, ...] = ()
 
     def as_text(self) -> str:
         """The content with a note per image, for routes whose tool results take only text."""
@@ -222,6 +236,10 @@ class Surface(ABC):
     def streaming_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """The request body of a live call: what the relay needs from the app added (chat asks for usage)."""
         return body
+
+    def native_format(self) -> NativeFormat | None:
+        """How this format shows native server tools the client declared (see native/); None: not at all."""
+        return None
 
     @abstractmethod
     def keepalive(self) -> bytes:

@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 
 from .. import sse
+from ..native import NativeFormat
+from ..native.messages import MessagesNative
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
@@ -106,6 +108,9 @@ class Messages(Surface):
     def relay(self, stream_options: Any) -> StreamRelay:
         return MessagesRelay()
 
+    def native_format(self) -> NativeFormat:
+        return _NATIVE
+
     def keepalive(self) -> bytes:
         return sse.messages_ping()
 
@@ -136,6 +141,7 @@ class Messages(Surface):
         return [{"role": "assistant", "content": content}, {"role": "user", "content": tool_results}]
 
 
+_NATIVE = MessagesNative()
 _NOTHING: tuple[bytes, ...] = ()
 
 

@@ -38,9 +38,18 @@ async def demo(config: str) -> None:
                 messages=[{"role": "user", "content": question}],
                 tools=[{"type": "web_search_20250305", "name": "web_search"}],
             )
-        text = "".join(block.text for block in reply.content if block.type == "text")
         print("anthropic SDK, POST /v1/messages, with Anthropic's native web_search tool:")
-        print(f"  Q: {question}\n  A: {text}  (stop_reason={reply.stop_reason})\n")
+        print(f"  Q: {question}")
+        for block in reply.content:  # Anthropic's own record of the search, as its API gives it
+            if block.type == "server_tool_use":
+                print(f"  [server_tool_use {block.name} {block.input}]")
+            elif block.type == "web_search_tool_result" and isinstance(block.content, list):
+                print(f"  [web_search_tool_result: {', '.join(result.url for result in block.content)}]")
+            elif block.type == "text":
+                cited = ", ".join(c.url for c in block.citations or [] if c.type == "web_search_result_location")
+                print(f"  A: {block.text}" + (f"  [cites {cited}]" if cited else ""))
+        searches = reply.usage.server_tool_use.web_search_requests if reply.usage.server_tool_use else 0
+        print(f"  (stop_reason={reply.stop_reason}, usage.server_tool_use.web_search_requests={searches})\n")
 
         question = "How tall is Mount Everest?"
         async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0) as gpt:

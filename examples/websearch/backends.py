@@ -1,4 +1,8 @@
-"""Search backends: anything with `async search(query, max_results)` plugs into the web_search tool."""
+"""Search backends: anything with `async search(query, max_results, options)` plugs into the web_search tool.
+
+`options` are the client's native tool options (`NativeOptions`: allowed and blocked domains, the user's location),
+or None when the call is not native; the middleware filters the results by the domains afterwards as well.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import httpx
+
+from agentic_middleware.native import NativeOptions
 
 from .bm25 import BM25
 
@@ -19,10 +25,13 @@ class SearchResult:
     title: str
     url: str
     snippet: str
+    page_age: str | None = None
 
 
 class SearchBackend(Protocol):
-    async def search(self, query: str, max_results: int) -> list[SearchResult]: ...
+    async def search(
+        self, query: str, max_results: int, options: NativeOptions | None = None
+    ) -> list[SearchResult]: ...
 
 
 class CorpusSearch:
@@ -32,8 +41,9 @@ class CorpusSearch:
         self.documents = documents if documents is not None else load_corpus()
         self.index = BM25([f"{document.title} {document.snippet}" for document in self.documents])
 
-    async def search(self, query: str, max_results: int) -> list[SearchResult]:
-        return [self.documents[index] for index, _ in self.index.rank(query, max_results)]
+    async def search(self, query: str, max_results: int, options: NativeOptions | None = None) -> list[SearchResult]:
+        ranked = (self.documents[index] for index, _ in self.index.rank(query, len(self.documents)))
+        return [document for document in ranked if options is None or options.allows(document.url)][:max_results]
 
 
 def load_corpus(path: Path = CORPUS) -> list[SearchResult]:
@@ -45,7 +55,8 @@ class HttpSearch:
     """A search API over HTTP; both kinds answer `{"results": [{"title", "url", "content"}]}`.
 
     `kind="searxng"`: GET {base_url}/search?q=...&format=json (the instance must allow the json format).
-    `kind="tavily"`: POST {base_url}/search with {"query", "max_results"}; `api_key` goes in a Bearer header.
+    `kind="tavily"`: POST {base_url}/search with {"query", "max_results"} (and `include_domains`, `exclude_domains`,
+    `country` from the native options); `api_key` goes in a Bearer header.
     A failing call raises, and the toolkit turns that into an error result the model can read.
     """
 
@@ -65,22 +76,48 @@ class HttpSearch:
         self.client = client
         self.timeout = timeout
 
-    async def search(self, query: str, max_results: int) -> list[SearchResult]:
+    async def search(self, query: str, max_results: int, options: NativeOptions | None = None) -> list[SearchResult]:
         if self.client is not None:
-            return await self._search(self.client, query, max_results)
+            return await self._search(self.client, query, max_results, options)
         async with httpx.AsyncClient(timeout=self.timeout) as client:  # one per call: nothing to close later
-            return await self._search(client, query, max_results)
+            return await self._search(client, query, max_results, options)
 
-    async def _search(self, client: httpx.AsyncClient, query: str, max_results: int) -> list[SearchResult]:
+    async def _search(
+        self, client: httpx.AsyncClient, query: str, max_results: int, options: NativeOptions | None
+    ) -> list[SearchResult]:
         url = f"{self.base_url}/search"
         if self.kind == "searxng":
             response = await client.get(url, params={"q": query, "format": "json"}, headers=self.headers)
         else:
-            response = await client.post(url, json={"query": query, "max_results": max_results}, headers=self.headers)
+            body: dict[str, Any] = {"query": query, "max_results": max_results}
+            if options is not None:
+                body.update(_tavily_options(options))
+            response = await client.post(url, json=body, headers=self.headers)
         response.raise_for_status()
         items: Any = response.json().get("results")
         return [
-            SearchResult(str(item.get("title") or ""), str(item.get("url") or ""), str(item.get("content") or ""))
+            SearchResult(
+                str(item.get("title") or ""),
+                str(item.get("url") or ""),
+                str(item.get("content") or ""),
+                _age(item.get("publishedDate") or item.get("published_date")),
+            )
             for item in (items if isinstance(items, list) else [])
             if isinstance(item, dict)
         ][:max_results]
+
+
+def _tavily_options(options: NativeOptions) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    if options.allowed_domains:
+        found["include_domains"] = list(options.allowed_domains)
+    if options.blocked_domains:
+        found["exclude_domains"] = list(options.blocked_domains)
+    country = (options.user_location or {}).get("country")
+    if isinstance(country, str):
+        found["country"] = country
+    return found
+
+
+def _age(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -13,27 +13,30 @@ import os
 from typing import Literal, cast
 
 from agentic_middleware import ServerTool, ServerTools, server_tool
+from agentic_middleware.native import NativeOptions, Source, format_sources, search_result
+from agentic_middleware.surfaces import ToolResult
 
 from .backends import CorpusSearch, HttpSearch, SearchBackend, SearchResult
 
 SNIPPET_CHARS = 400
 
 
+def as_source(result: SearchResult) -> Source:
+    """A backend's result as the model reads it: the snippet on one line, cut to `SNIPPET_CHARS`."""
+    snippet = " ".join(result.snippet.split())
+    if len(snippet) > SNIPPET_CHARS:
+        snippet = snippet[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " ..."
+    return Source(result.url, result.title, snippet, result.page_age)
+
+
 def format_results(query: str, results: list[SearchResult]) -> str:
     """Short numbered text: what a model reads best, with the title and url to cite."""
-    if not results:
-        return f'No results for "{query}".'
-    entries = []
-    for number, result in enumerate(results, 1):
-        snippet = " ".join(result.snippet.split())
-        if len(snippet) > SNIPPET_CHARS:
-            snippet = snippet[:SNIPPET_CHARS].rsplit(" ", 1)[0] + " ..."
-        entries.append(f"[{number}] {result.title}\nURL: {result.url}\n{snippet}")
-    return f'Search results for "{query}":\n\n' + "\n\n".join(entries)
+    return format_sources(query, [as_source(result) for result in results])
 
 
 def web_search_tool(backend: SearchBackend, max_results: int = 5) -> ServerTool:
-    """The `web_search(query)` tool, answered by `backend`."""
+    """The `web_search(query)` tool, answered by `backend`; a native declaration's options reach the backend, and
+    the results are returned as sources (`search_result`), which a client of a native tool sees as records."""
 
     @server_tool(
         name="web_search",
@@ -44,8 +47,9 @@ def web_search_tool(backend: SearchBackend, max_results: int = 5) -> ServerTool:
             "required": ["query"],
         },
     )
-    async def web_search(query: str) -> str:
-        return format_results(query, await backend.search(query, max_results))
+    async def web_search(query: str, native_options: NativeOptions | None = None) -> ToolResult:
+        found = await backend.search(query, max_results, native_options)
+        return search_result(query, [as_source(result) for result in found])
 
     return web_search
 

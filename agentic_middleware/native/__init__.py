@@ -1,0 +1,270 @@
+"""Native server tools, faithfully: a client that declared a provider's own tool (Anthropic's `web_search_20250305`,
+OpenAI's `web_search`) gets the provider's own record of each call, served by one of ours.
+
+`ServerTools(native=...)` maps the declared tool onto a served one and runs it like any other; this package adds
+what a client of the provider's tool expects around that: the tool's options (`max_uses`, domain filters, the user's
+location), the record of each search in the final answer (Messages `server_tool_use` and `web_search_tool_result`
+blocks, Responses `web_search_call` items), citations of the results the model's text names by URL, and, on the next
+turn, those records turned back into the app's own tool calls and results. Each wire format's part is a
+`NativeFormat`, which its `Surface.native_format()` gives.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+from ..surfaces import Source, ToolResult
+
+__all__ = [
+    "NativeFormat",
+    "NativeOptions",
+    "NativeRequest",
+    "NativeRound",
+    "NativeRun",
+    "Source",
+    "format_sources",
+    "search_result",
+]
+
+STATE_KEY = "agentic_native_tools"  # where a request's native tools live in its `logging_obj.model_call_details`
+MAX_USES_EXCEEDED = "max_uses_exceeded"
+UNAVAILABLE = "unavailable"
+CITED_CHARS = 150  # Anthropic's `cited_text` holds at most this much of the source
+_URL_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_~/%?#=&+@")
+_PREFIX = "amw1."  # our `encrypted_content`: this prefix, then the source's text as URL-safe base64
+
+
+@dataclass(frozen=True)
+class NativeOptions:
+    """The options of a client's native tool declaration, read the same way from every format.
+
+    A served tool function that declares a `native_options` parameter gets these (None when the call is not native):
+    `allowed_domains` and `blocked_domains` (hosts, subdomains included, optionally with a path prefix), and
+    `user_location` (`city`, `region`, `country`, `timezone`, as the client gave them). The results are filtered by
+    the domains afterwards too, so a backend that ignores them is still held to them. `declared` is the declaration
+    as the client sent it.
+    """
+
+    declared: Mapping[str, Any] = field(default_factory=dict)
+    max_uses: int | None = None
+    allowed_domains: tuple[str, ...] = ()
+    blocked_domains: tuple[str, ...] = ()
+    user_location: Mapping[str, Any] | None = None
+
+    @classmethod
+    def read(cls, tool: Mapping[str, Any]) -> NativeOptions:
+        """Anthropic's fields (`max_uses`, `allowed_domains`, `blocked_domains`, `user_location`) and OpenAI's
+        (`filters.allowed_domains`, `user_location`, chat's `user_location.approximate`)."""
+        filters = tool.get("filters")
+        allowed = tool.get("allowed_domains") or (filters.get("allowed_domains") if isinstance(filters, dict) else None)
+        location = tool.get("user_location")
+        if isinstance(location, dict) and isinstance(location.get("approximate"), dict):
+            location = location["approximate"]
+        max_uses = tool.get("max_uses")
+        return cls(
+            declared=dict(tool),
+            max_uses=max_uses if isinstance(max_uses, int) and not isinstance(max_uses, bool) else None,
+            allowed_domains=_strings(allowed),
+            blocked_domains=_strings(tool.get("blocked_domains")),
+            user_location=(
+                {key: value for key, value in location.items() if key != "type" and value is not None}
+                if isinstance(location, dict)
+                else None
+            ),
+        )
+
+    def allows(self, url: str) -> bool:
+        """Whether a result's URL passes the domain filters."""
+        if self.allowed_domains and not any(_in_domain(url, domain) for domain in self.allowed_domains):
+            return False
+        return not any(_in_domain(url, domain) for domain in self.blocked_domains)
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(item for item in value if isinstance(item, str)) if isinstance(value, list | tuple) else ()
+
+
+def _in_domain(url: str, domain: str) -> bool:
+    """`example.com` matches example.com and its subdomains; `example.com/docs` only URLs under that path."""
+    domain = domain.strip().lower().removeprefix("https://").removeprefix("http://")
+    host, _, path = domain.partition("/")
+    parts = urlsplit(url if "//" in url else f"//{url}")
+    name = (parts.hostname or "").lower()
+    if not host or not (name == host or name.endswith(f".{host}")):
+        return False
+    return not path or parts.path.lstrip("/").startswith(path.strip("/"))
+
+
+def format_sources(query: str | None, sources: Sequence[Source]) -> str:
+    """The text a model reads for a search's results: numbered, each with its title, URL, text and age.
+
+    The next turn's record of a native search is turned back into this text, so a tool that builds its result with
+    `search_result` gives the model the same text on every turn.
+    """
+    if not sources:
+        return f'No results for "{query}".' if query else "No results."
+    entries = []
+    for number, source in enumerate(sources, 1):
+        lines = [f"[{number}] {source.title}", f"URL: {source.url}"]
+        text = " ".join(source.text.split())
+        if text:
+            lines.append(text)
+        if source.page_age:
+            lines.append(f"Age: {source.page_age}")
+        entries.append("\n".join(lines))
+    head = f'Search results for "{query}":' if query else "Search results:"
+    return head + "\n\n" + "\n\n".join(entries)
+
+
+def search_result(query: str | None, sources: Sequence[Source]) -> ToolResult:
+    """What a search tool returns: the sources, and the text `format_sources` writes of them for the model."""
+    found = tuple(sources)
+    return ToolResult(format_sources(query, found), sources=found)
+
+
+def encode_text(text: str) -> str:
+    """A source's text as the `encrypted_content` of its record (ours to define: it is not encrypted)."""
+    return _PREFIX + base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def decode_text(content: Any) -> str:
+    """The text `encode_text` wrote; empty for anything else (a record made by the provider itself)."""
+    if not isinstance(content, str) or not content.startswith(_PREFIX):
+        return ""
+    try:
+        return base64.urlsafe_b64decode(content[len(_PREFIX) :]).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+
+
+def query_of(call_input: Any) -> str | None:
+    query = call_input.get("query") if isinstance(call_input, dict) else None
+    return query if isinstance(query, str) else None
+
+
+class NativeRun(NamedTuple):
+    """One call of a natively declared tool in one round: the app's call, what came of it, and why it failed."""
+
+    call: dict[str, Any]
+    name: str  # the tool's name as the client declared it (Anthropic's `web_search`)
+    query: str | None
+    result: ToolResult
+    error_code: str | None = None  # Anthropic's web search error codes: `max_uses_exceeded`, `unavailable`
+
+
+class NativeRound(NamedTuple):
+    """The record of one round with native calls: the app's answer, and the native calls that ran."""
+
+    response: dict[str, Any]
+    runs: tuple[NativeRun, ...]
+
+    def searches(self) -> int:
+        """The searches that ran and answered: what `usage.server_tool_use.web_search_requests` counts."""
+        return sum(run.error_code is None for run in self.runs)
+
+    def sources(self) -> list[Source]:
+        return [source for run in self.runs for source in run.result.sources]
+
+
+class NativeRequest:
+    """The native tools one request declared (by the served tool's name) and how often each was used.
+
+    Kept in the request's `logging_obj`, so nothing is shared between requests.
+    """
+
+    def __init__(self, declared: dict[str, NativeOptions]) -> None:
+        self.declared = declared
+        self.used: Counter[str] = Counter()
+
+    @staticmethod
+    def of(logging_obj: Any) -> NativeRequest | None:
+        details = getattr(logging_obj, "model_call_details", None)
+        state = details.get(STATE_KEY) if isinstance(details, dict) else None
+        return state if isinstance(state, NativeRequest) else None
+
+    def keep(self, logging_obj: Any) -> None:
+        details = getattr(logging_obj, "model_call_details", None)
+        if isinstance(details, dict):
+            details[STATE_KEY] = self
+
+    def take(self, name: str) -> bool:
+        """Count one use of `name`; False once its `max_uses` is spent."""
+        limit = self.declared[name].max_uses
+        if limit is not None and self.used[name] >= limit:
+            return False
+        self.used[name] += 1
+        return True
+
+    @staticmethod
+    def exceeded(name: str, options: NativeOptions) -> ToolResult:
+        return ToolResult(
+            f"{name} error: {MAX_USES_EXCEEDED}: this request allows at most {options.max_uses} uses of {name}", True
+        )
+
+    @staticmethod
+    def restricted(result: ToolResult, options: NativeOptions, query: str | None) -> ToolResult:
+        """The result without sources the domain filters exclude; its text written anew when any were dropped."""
+        kept = tuple(source for source in result.sources if options.allows(source.url))
+        if len(kept) == len(result.sources):
+            return result
+        return result._replace(content=format_sources(query, kept), sources=kept)
+
+
+def result_text(query: str | None, results: Any, error_code: str | None, name: str) -> tuple[str, bool]:
+    """The text of a native record's results for the app's own tool result, and whether it is an error."""
+    if error_code is not None:
+        return f"{name} error: {error_code}", True
+    sources = [
+        Source(
+            str(item.get("url") or ""),
+            str(item.get("title") or ""),
+            decode_text(item.get("encrypted_content")),
+            item.get("page_age") if isinstance(item.get("page_age"), str) else None,
+        )
+        for item in (results if isinstance(results, list) else ())
+        if isinstance(item, dict)
+    ]
+    return format_sources(query, sources), False
+
+
+def citations(text: str, sources: Sequence[Source]) -> Iterator[tuple[int, Source, int]]:
+    """Each source the text cites, with the source's number and where its URL begins in the text.
+
+    The model cites a result by writing its URL (as the results it read show them): each occurrence counts, unless
+    it goes on as a longer URL.
+    """
+    seen: set[str] = set()
+    for number, source in enumerate(sources):
+        if not source.url or source.url in seen:
+            continue
+        seen.add(source.url)
+        start = text.find(source.url)
+        while start != -1:
+            end = start + len(source.url)
+            if end == len(text) or text[end] not in _URL_CHARACTERS:  # not the start of a longer URL
+                yield number, source, start
+            start = text.find(source.url, end)
+
+
+class NativeFormat(ABC):
+    """One wire format's part of native tools: its records, its citations, and its history turned back."""
+
+    def declared(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Native tools the request declares outside `tools` (chat's `web_search_options`), as tool declarations."""
+        return []
+
+    @abstractmethod
+    def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+        """The request as the app understands it: earlier turns' records (of the tools `names` maps, by the record's
+        name) turned back into the app's own calls and results, and the fields the server serves removed."""
+
+    @abstractmethod
+    def record(self, final: dict[str, Any], round: NativeRound) -> dict[str, Any]:
+        """The final answer with one round's record in front of it, and citations of that round's results."""

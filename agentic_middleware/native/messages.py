@@ -1,0 +1,169 @@
+"""Anthropic Messages: `server_tool_use` and `web_search_tool_result` blocks, `web_search_result_location` citations,
+`usage.server_tool_use.web_search_requests`; on the next turn, `tool_use` and `tool_result` again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..payload import JSONObject
+from . import CITED_CHARS, NativeFormat, NativeRound, NativeRun, citations, encode_text, query_of, result_text
+
+RECORD_TYPES = frozenset({"server_tool_use", "web_search_tool_result"})
+CITATION_TYPE = "web_search_result_location"
+
+
+def server_id(call_id: Any) -> str:
+    """The record's id for the app's call id: `toolu_x` becomes `srvtoolu_x`."""
+    call_id = str(call_id or "")
+    return f"srvtoolu_{call_id.removeprefix('toolu_')}"
+
+
+def _pair(run: NativeRun) -> list[dict[str, Any]]:
+    """A call's `server_tool_use` block and its `web_search_tool_result` block."""
+    block_id = server_id(run.call.get("id"))
+    content: Any
+    if run.error_code is not None:
+        content = {"type": "web_search_tool_result_error", "error_code": run.error_code}
+    else:
+        content = [
+            {
+                "type": "web_search_result",
+                "url": source.url,
+                "title": source.title,
+                "encrypted_content": encode_text(source.text),
+                "page_age": source.page_age,
+            }
+            for source in run.result.sources
+        ]
+    call_input = run.call.get("input")
+    return [
+        {"type": "server_tool_use", "id": block_id, "name": run.name, "input": call_input or {}},
+        {"type": "web_search_tool_result", "tool_use_id": block_id, "content": content},
+    ]
+
+
+def _is_run(block: Any, run: NativeRun) -> bool:
+    return block is run.call or (bool(block.get("id")) and block.get("id") == run.call.get("id"))
+
+
+class MessagesNative(NativeFormat):
+    def record(self, final: dict[str, Any], round: NativeRound) -> dict[str, Any]:
+        shown: list[Any] = []
+        for block in round.response.get("content") or ():
+            if not isinstance(block, dict) or block.get("type") != "tool_use":
+                shown.append(block)  # the round's text and thinking, where the model put them
+                continue
+            run = next((run for run in round.runs if _is_run(block, run)), None)
+            if run is not None:
+                shown += _pair(run)  # other calls (the server's other tools, the client's own) stay out of it
+        content = final.get("content")
+        later = [self._cited(block, round) for block in (content if isinstance(content, list) else ())]
+        usage = dict(final.get("usage") or {})
+        counted = dict(usage.get("server_tool_use") or {})
+        counted["web_search_requests"] = (counted.get("web_search_requests") or 0) + round.searches()
+        counted.setdefault("web_fetch_requests", 0)
+        usage["server_tool_use"] = counted
+        return JSONObject(final, content=[*shown, *later], usage=usage)
+
+    def _cited(self, block: Any, round: NativeRound) -> Any:
+        """A text block with citations of the round's results whose URLs it names, in front of any it has."""
+        if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+            return block
+        found: dict[tuple[int, int], dict[str, Any]] = {}
+        for position, run in enumerate(round.runs):
+            for number, source, _ in citations(block["text"], run.result.sources):
+                block_id = server_id(run.call.get("id"))
+                found.setdefault(
+                    (position, number),
+                    {
+                        "type": CITATION_TYPE,
+                        "url": source.url,
+                        "title": source.title,
+                        "encrypted_index": encode_text(f"{block_id}:{number}"),
+                        "cited_text": " ".join(source.text.split())[:CITED_CHARS],
+                    },
+                )
+        if not found:
+            return block
+        return {**block, "citations": [*found.values(), *(block.get("citations") or [])]}
+
+    def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not any(_recorded(turn) for turn in messages):
+            return body
+        return {**body, "messages": list(_turned_back(messages, names))}
+
+
+def _recorded(turn: Any) -> bool:
+    content = turn.get("content") if isinstance(turn, dict) and turn.get("role") == "assistant" else None
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and (block.get("type") in RECORD_TYPES or _citation_types(block) & {CITATION_TYPE})
+        for block in content
+    )
+
+
+def _citation_types(block: dict[str, Any]) -> set[Any]:
+    cited = block.get("citations")
+    return {item.get("type") for item in cited if isinstance(item, dict)} if isinstance(cited, list) else set()
+
+
+def _uncited(block: Any) -> Any:
+    """A text block without the citations of our records, which the app never made."""
+    if not isinstance(block, dict) or CITATION_TYPE not in _citation_types(block):
+        return block
+    kept = [item for item in block["citations"] if not (isinstance(item, dict) and item.get("type") == CITATION_TYPE)]
+    return {key: value for key, value in block.items() if key != "citations"} | ({"citations": kept} if kept else {})
+
+
+def _turned_back(messages: list[Any], names: Mapping[str, str]) -> Iterator[Any]:
+    """The history with each run of records in an assistant turn split into the app's own turns: the assistant turn
+    up to and with the calls (as `tool_use`), a user turn with their results (joined to the next user turn, results
+    first), then the assistant turn's rest."""
+    carry: list[dict[str, Any]] = []  # results waiting for the next user turn
+    for turn in messages:
+        if carry:
+            if isinstance(turn, dict) and turn.get("role") == "user":
+                own = turn.get("content")
+                own = [{"type": "text", "text": own}] if isinstance(own, str) else list(own or [])
+                yield {**turn, "content": [*carry, *own]}
+                carry = []
+                continue
+            yield {"role": "user", "content": carry}
+            carry = []
+        if not _recorded(turn):
+            yield turn
+            continue
+        calls: dict[Any, dict[str, Any]] = {}
+        part: list[Any] = []
+        results: list[dict[str, Any]] = []
+        for block in turn["content"]:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "server_tool_use" and block.get("name") in names:
+                calls[block.get("id")] = block
+                name = names[block["name"]]
+                part.append(
+                    {"type": "tool_use", "id": block.get("id"), "name": name, "input": block.get("input") or {}}
+                )
+            elif kind == "web_search_tool_result" and block.get("tool_use_id") in calls:
+                call = calls[block["tool_use_id"]]
+                content = block.get("content")
+                code = content.get("error_code") if isinstance(content, dict) else None
+                text, failed = result_text(query_of(call.get("input")), content, code or None, call["name"])
+                results.append(
+                    {"type": "tool_result", "tool_use_id": block["tool_use_id"], "content": text}
+                    | ({"is_error": True} if failed else {})
+                )
+            else:
+                if results:
+                    yield {**turn, "content": part}
+                    yield {"role": "user", "content": results}
+                    part, results = [], []
+                part.append(_uncited(block))
+        if results:
+            yield {**turn, "content": part}
+            carry = results
+        elif part:
+            yield {**turn, "content": part}
+    if carry:
+        yield {"role": "user", "content": carry}
