@@ -240,8 +240,8 @@ def chat_chunks(response: Mapping[str, Any], include_usage: bool, *, chunk_size:
     yield from chat_end(base, response.get("usage"), include_usage)
 
 
-def _responses_item_events(
-    emit: Callable[..., bytes], index: int, item: Mapping[str, Any], size: int
+def responses_item(
+    emit: Callable[..., bytes], index: int, item: Mapping[str, Any], size: int = CHUNK_SIZE
 ) -> Iterator[bytes]:
     """One output item of a Responses stream: `output_item.added` with its empty form, the deltas that fill it,
     the `.done` events, then `output_item.done` with the item whole."""
@@ -325,6 +325,11 @@ class ResponsesSequence:
     def __init__(self) -> None:
         self.next = 0
 
+    def renumbered(self, payload: Mapping[str, Any]) -> bytes:
+        """An event read from another stream, numbered as the next one of this stream."""
+        kind = payload["type"]
+        return self(kind, **{key: value for key, value in payload.items() if key not in ("type", "sequence_number")})
+
     def __call__(self, kind: str, **data: Any) -> bytes:
         number, self.next = self.next, self.next + 1
         return named_event(kind, {"type": kind, "sequence_number": number, **data})
@@ -341,12 +346,22 @@ def responses_events(response: Mapping[str, Any], *, chunk_size: int = CHUNK_SIZ
     No `[DONE]`: the Responses API ends its streams with the terminal event.
     """
     emit = ResponsesSequence()
+    yield from responses_start(emit, response)
+    for index, item in enumerate(response.get("output") or []):
+        yield from responses_item(emit, index, item, chunk_size)
+    yield responses_end(emit, response)
+
+
+def responses_start(emit: ResponsesSequence, response: Mapping[str, Any]) -> Iterator[bytes]:
+    """`response.created` and `response.in_progress`: the response begun, with no output and no usage yet."""
     started = {**response, "status": "in_progress", "output": [], "usage": None}
     yield emit("response.created", response=started)
     yield emit("response.in_progress", response=started)
-    for index, item in enumerate(response.get("output") or []):
-        yield from _responses_item_events(emit, index, item, chunk_size)
-    yield emit(_TERMINAL.get(response.get("status"), "response.completed"), response=response)  # type: ignore[arg-type]
+
+
+def responses_end(emit: ResponsesSequence, response: Mapping[str, Any]) -> bytes:
+    """The terminal event: `response.completed`, or `.incomplete` / `.failed` by the response's status."""
+    return emit(_TERMINAL.get(response.get("status"), "response.completed"), response=response)  # type: ignore[arg-type]
 
 
 def responses_failed(message: str, code: str, response_id: str | None = None) -> bytes:

@@ -153,6 +153,10 @@ class StreamRelay(ABC):
         Raises `StreamMismatch` when `final` does not continue what the client has.
         """
 
+    def error_event(self, status: int, message: str, code: str) -> bytes | None:
+        """The event that reports a failure now, in this stream's state; None: the surface's `error_event`."""
+        return None
+
 
 class Surface(ABC):
     """One wire format: its hook methods, its tool calls and tool turns, its error shape."""

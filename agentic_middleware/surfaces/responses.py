@@ -16,7 +16,8 @@ import orjson
 
 from .. import sse
 from ..payload import JSONObject
-from . import PATCH_FIELDS, Claims, Surface, ToolResult, field
+from ..sse_reader import ServerSentEvent
+from . import PATCH_FIELDS, AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field
 from .chat import ERROR_MARKER, openai_error_body, openai_error_type
 
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -171,6 +172,9 @@ class Responses(Surface):
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
         return sse.responses_events(response)
 
+    def relay(self, stream_options: Any) -> StreamRelay | None:
+        return ResponsesRelay()
+
     def keepalive(self) -> bytes:
         return sse.chat_keepalive()
 
@@ -202,3 +206,144 @@ class Responses(Surface):
             for call, result in zip(calls, results, strict=True)
         ]
         return [*_without(output, unanswered), *outputs]
+
+
+_LIFECYCLE_START = frozenset({"response.created", "response.in_progress", "response.queued"})
+_LIFECYCLE_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_NOTHING: tuple[bytes, ...] = ()
+
+
+class ResponsesRelay(StreamRelay):
+    """A Responses stream across rounds: one lifecycle (the first round's `response.created` and
+    `response.in_progress`, one terminal event at the very end), every event renumbered so that
+    `sequence_number` rises across rounds, and each round's items placed after the items already sent.
+
+    Within a round, everything from the first tool call item on is held, and so is a reasoning item until
+    the item after it shows it does not lead to a call: a claimed call goes with the reasoning before it.
+    The round's answer is the terminal event's response (its items from `output_item.done` if it has none).
+    """
+
+    def __init__(self) -> None:
+        self.emit = sse.ResponsesSequence()
+        self.started = False  # the client has a `response.created`
+        self.response_id: Any = None  # the id the client's lifecycle carries
+        self.earlier: list[Any] = []  # the items earlier rounds sent, whole
+        self.base = 0  # the client's output_index of this round's first item
+        self.opened: set[str] = set()  # the lifecycle events the client has
+        self.released: set[int] = set()
+        self.items: dict[int, Any] = {}
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        self.earlier += [self.items[index] for index in sorted(self.released)]
+        self.base += len(self.released)
+        self.released = set()  # this round's items that went out (always the first ones)
+        self.items = {}  # by the app's output_index: as added, then as done
+        self.waiting: list[dict[str, Any]] = []  # a reasoning item's events, until the next item says where they go
+        self.waiting_items: set[int] = set()
+        self.holding = False
+        self.held: list[dict[str, Any]] = []
+        self.terminal: dict[str, Any] | None = None
+
+    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        payload = orjson.loads(event.data)
+        kind = payload.get("type") or event.event
+        payload["type"] = kind
+        index = payload.get("output_index")
+        if kind == "response.output_item.added":
+            item = self.items[index] = payload["item"]
+            if self.holding:
+                self.held.append(payload)
+                return _NOTHING
+            if item.get("type") in CALL_TYPES:
+                self.holding = True
+                self.held, self.waiting, self.waiting_items = [*self.waiting, payload], [], set()
+                return _NOTHING
+            if item.get("type") == "reasoning":
+                self.waiting.append(payload)
+                self.waiting_items.add(index)
+                return _NOTHING
+            out, self.waiting, self.waiting_items = self.release([*self.waiting, payload]), [], set()
+            return out
+        if kind == "response.output_item.done":
+            self.items[index] = payload["item"]
+        elif kind in _LIFECYCLE_START:
+            if kind in self.opened or kind == "response.queued" or self.base or self.released:
+                return _NOTHING  # the client's lifecycle began once, in the first round
+            self.opened.add(kind)
+            if kind == "response.created":
+                self.started = True
+                self.response_id = (payload.get("response") or {}).get("id")
+            return (self.emit.renumbered(payload),)
+        elif kind in _LIFECYCLE_END:
+            self.terminal = payload.get("response") or {}
+            return _NOTHING
+        elif kind == "error":
+            error = {"message": payload.get("message"), "type": "server_error"}
+            raise AppStreamError(
+                orjson.dumps({"error": {**error, "param": payload.get("param"), "code": payload.get("code")}})
+            )
+        if self.holding:
+            self.held.append(payload)
+            return _NOTHING
+        if index in self.waiting_items:
+            self.waiting.append(payload)
+            return _NOTHING
+        return self.release([payload])
+
+    def release(self, payloads: list[dict[str, Any]]) -> list[bytes]:
+        """Events going out now: placed after the items already sent, numbered in this stream."""
+        out = []
+        for payload in payloads:
+            index = payload.get("output_index")
+            if isinstance(index, int):
+                self.released.add(index)
+                payload = {**payload, "output_index": index + self.base}
+            out.append(self.emit.renumbered(payload))
+        return out
+
+    def body(self) -> dict[str, Any] | None:
+        if self.terminal is None:
+            return None
+        output = self.terminal.get("output") or [self.items[index] for index in sorted(self.items)]
+        return {**self.terminal, "output": output}
+
+    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+        events: list[bytes] = []
+        if not self.started:
+            events += sse.responses_start(self.emit, final)
+            self.started = True
+            self.response_id = final.get("id")
+        output = final.get("output")
+        output = output if isinstance(output, list) else []
+        sent = [self.items[index] for index in sorted(self.released)]
+        answer = None if fresh else self.body()
+        if answer is not None and output == answer["output"]:
+            events += self.release([*self.waiting, *self.held])
+            whole = output
+        else:
+            kept = [] if fresh else sent
+            if output[: len(kept)] != kept:
+                raise StreamMismatch("the answer's output differs from the items already streamed")
+            first = self.base + len(sent)
+            for position, item in enumerate(output[len(kept) :]):
+                events += sse.responses_item(self.emit, first + position, item)
+            whole = [*sent, *output[len(kept) :]]
+        events.append(
+            sse.responses_end(self.emit, {**final, "id": self.response_id, "output": [*self.earlier, *whole]})
+        )
+        return events
+
+    def error_event(self, status: int, message: str, code: str) -> bytes | None:
+        """After the lifecycle began, a failure is its terminal `response.failed` (a second `response.created`
+        would break the SDKs' accumulators)."""
+        if not self.started:
+            return None
+        failed = {
+            "id": self.response_id,
+            "object": "response",
+            "status": "failed",
+            "output": [*self.earlier, *(self.items[index] for index in sorted(self.released))],
+            "error": {"code": code or openai_error_type(status), "message": message},
+        }
+        return self.emit("response.failed", response=failed)
