@@ -108,6 +108,10 @@ class MCPTools(ServerTools):
     def __repr__(self) -> str:
         return f"MCPTools({self.label!r}, prefix={self.prefix!r})"
 
+    # Each hook is its own session: not equal by ServerTools' dataclass fields, which two servers may share.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     # Lifecycle ---------------------------------------------------------------------------------------------------
 
     async def async_startup(self) -> None:

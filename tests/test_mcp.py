@@ -7,12 +7,14 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import uvicorn
@@ -379,8 +381,6 @@ def test_yaml_mcp_servers_build_the_hooks(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_importing_the_package_does_not_import_mcp() -> None:
-    import subprocess
-
     code = "import sys, agentic_middleware; print('mcp' in sys.modules, 'agentic_middleware.mcp' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split() == [
         "False",
@@ -409,3 +409,42 @@ async def test_forwarded_headers_are_not_mixed_between_concurrent_requests(mcp_h
     async with gateway(model, MCPTools(mcp_http.url, forward_headers=["authorization"])) as app:
         answers = await asyncio.gather(*(ask(route, app, api_key=f"user-{n}") for n in range(8)))
     assert [answer.partition(" pid=")[0] for answer in answers] == [f"authorization=Bearer user-{n}" for n in range(8)]
+
+
+def test_a_required_server_down_fails_the_gateways_start_under_uvicorn(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        config = tmp_path / "gateway.yaml"
+        config.write_text(
+            "agentic_middleware:\n"
+            f"  mcp_servers: [{{url: 'http://127.0.0.1:{sock.getsockname()[1]}/mcp', required: true}}]\n"
+        )
+        argv = [sys.executable, "-m", "examples.gateway", "--port", "0", "--config", str(config)]
+        done = subprocess.run(argv, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3  # uvicorn's exit status for a failed start-up
+    assert "Application startup failed" in done.stderr and "is unreachable" in done.stderr
+
+
+async def test_without_lifespan_a_required_server_down_answers_503_in_the_routes_shape() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        app = AgenticLoopMiddleware(
+            ScriptedModel(), hooks=[MCPTools(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", required=True)]
+        )
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            await ask(Route("messages"), app)
+    assert raised.value.status_code == 503
+    assert "server tools are unavailable" in raised.value.message and "unreachable" in raised.value.message
+
+
+async def test_a_streaming_client_gets_the_answer_an_mcp_tool_made(mcp_http: MCPHTTPServer) -> None:
+    route = Route("messages")
+    model = ScriptedModel(route.calls(("define", {"word": "flow"})), answer_with_results(route))
+    async with (
+        gateway(model, MCPTools(mcp_http.url)) as app,
+        anthropic_client(app).messages.stream(
+            model="m", max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
+        final = await stream.get_final_message()
+    assert [block.text for block in final.content if block.type == "text"] == ["flow: a word"]
