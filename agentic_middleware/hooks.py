@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from .concurrency import awaitable
 from .errors import ConfigurationError, HookError
+from .precall import PRE_CALL_METHODS
 
 
 @dataclass
@@ -185,8 +186,15 @@ _LEGACY_METHODS = {
     ),
 }
 
-# Base classes whose methods only return the default answer: ours, and LiteLLM's `CustomLogger`.
-_DEFAULT_OWNERS = frozenset(((__name__, "AgenticHook"), ("litellm.integrations.custom_logger", "CustomLogger")))
+# Base classes whose methods only return the default answer: ours, and LiteLLM's `CustomLogger` and
+# `CustomGuardrail` (whose deployment hook only runs guardrails a LiteLLM request names in `guardrails`).
+_DEFAULT_OWNERS = frozenset(
+    (
+        (__name__, "AgenticHook"),
+        ("litellm.integrations.custom_logger", "CustomLogger"),
+        ("litellm.integrations.custom_guardrail", "CustomGuardrail"),
+    )
+)
 
 
 def overridden(hook: object, name: str) -> Callable[..., Any] | None:
@@ -214,7 +222,7 @@ class BoundHook:
             raise ConfigurationError(f"{hook!r} is not a hook: it has none of the methods {', '.join(HOOK_METHODS)}")
         self.hook = hook
         self.name = type(hook).__qualname__
-        found = {name: overridden(hook, name) for name in HOOK_METHODS}
+        found = {name: overridden(hook, name) for name in (*HOOK_METHODS, *PRE_CALL_METHODS)}
         # Decided once here: `async def` methods are awaited as they are, plain `def` ones run in a worker thread.
         self.methods = {name: None if method is None else awaitable(method) for name, method in found.items()}
         if not any(self.methods.values()):

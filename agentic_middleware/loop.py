@@ -38,6 +38,7 @@ from .observe import (
     usage_added,
 )
 from .payload import JSONObject, parse_object, wrap
+from .precall import has_pre_call, model_call_details, run_pre_call
 from .stream import EventStream
 from .surfaces import Surface, claims_of
 
@@ -86,6 +87,7 @@ class LoopSetup:
         self.app = app
         self.hooks = hooks
         self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
+        self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle
         self.settings = settings
         self.observer = observer
 
@@ -108,6 +110,7 @@ class AgenticLoop:
         settings = setup.settings
         self.hooks = setup.hooks
         self.request_hooks = setup.request_hooks
+        self.pre_call_hooks = setup.pre_call_hooks
         self.settings = settings
         self.observer = setup.observer
         self.surface = surface
@@ -149,6 +152,7 @@ class AgenticLoop:
                 litellm_call_id=self.call_id,
                 route=self.surface.name,
                 logger=logging.LoggerAdapter(logger, {"litellm_call_id": self.call_id}),
+                model_call_details=model_call_details(self.body, self.provider, self.dispatch.scope["state"]),
             )
         return self._logging_obj
 
@@ -282,7 +286,7 @@ class AgenticLoop:
     async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
         self.limit = self.request_limit()  # set by an outer middleware, if any
-        if self.request_hooks and self.limit:
+        if (self.request_hooks or self.pre_call_hooks) and self.limit:
             raw = await self.prepared(raw)
         answer = await self.call_app(raw)
         if answer is None:
@@ -324,8 +328,8 @@ class AgenticLoop:
         return await self.call_app(raw)
 
     async def prepared(self, raw: bytes) -> bytes:
-        """The first request body after every request hook had its say, in hook order."""
-        changed_by = None
+        """The first request body after LiteLLM's pre-call lifecycle and every request hook, in hook order."""
+        changed_by = await self.pre_called() if self.pre_call_hooks else None
         for hook in self.request_hooks:
             body = await self.call_hook(
                 hook, REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
@@ -335,13 +339,38 @@ class AgenticLoop:
             if not isinstance(body, dict):
                 raise HookError(hook.name, REQUEST_HOOK, f"returned {type(body).__name__}, not a request body")
             self.body = {name: value for name, value in body.items() if not is_internal_field(name)}
-            changed_by = hook
+            changed_by = (hook.name, REQUEST_HOOK)
         if changed_by is None:
             return raw
         try:
             return self.encoder.encode(self.body)
         except TypeError as error:
-            raise HookError(changed_by.name, REQUEST_HOOK, f"the request is not JSON: {error}") from None
+            raise HookError(*changed_by, f"the request is not JSON: {error}") from None
+
+    async def pre_called(self) -> tuple[str, str] | None:
+        """LiteLLM's pre-call lifecycle (see `precall`): the body it gives, and the keys and limit it sets."""
+        result = await run_pre_call(
+            self.pre_call_hooks,
+            self.body,
+            stream=self.streaming,
+            stream_options=self.events.stream_options if self.events is not None else None,
+            api_surface=self.surface.api_surface,
+            provider=self.provider,
+            call_id=self.call_id,
+            logging_obj=self.logging_obj,
+            call=self.call_hook,
+        )
+        self.streaming = result.stream  # what gates see; a client's stream is still answered as one
+        self.patch_kwargs.update(result.carried)
+        if "max_agentic_loops" in result.carried:
+            try:
+                self.limit = loop_limit(result.carried["max_agentic_loops"], "the pre-call kwargs")
+            except ConfigurationError as error:
+                raise LoopError(str(error)) from None
+        if result.body == self.body:
+            return None
+        self.body = result.body
+        return ", ".join(hook.name for hook in self.pre_call_hooks), "pre-call lifecycle"
 
     async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
@@ -385,9 +414,11 @@ class AgenticLoop:
             if plan.response_override is not None:
                 self.finish("override", hook, plan.stop_reason)
                 return self.overridden(answer, plan.response_override, hook, method)
-            if plan.terminate:
+            if plan.terminate:  # as LiteLLM: the post hook gets the answer without the calls this hook claimed
                 self.finish("terminate", hook, plan.stop_reason)
-                return answer
+                ended = answer.replaced(self.surface.without_claimed(response, claims_of([claim])))
+                ending = Rerun(hook, method, raw_plan, AgenticLoopRequestPatch(), kwargs)
+                return await self.post_processed(ending, ended)
             if plan.run_agentic_loop:
                 self.seen.add(fingerprint)
                 return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
@@ -489,6 +520,13 @@ class AgenticLoop:
             value = getattr(patch, name)
             if value is not None:
                 body[body_field] = value
+        if patch.model is not None:
+            # LiteLLM's hooks name the model as LiteLLM is called (`openai/gpt-x`); the app is called as the client did.
+            if patch.model == f"{step.kwargs.get('custom_llm_provider')}/{self.body.get('model')}":
+                body["model"] = self.body.get("model")
+            params = self._logging_obj.model_call_details.get("agentic_loop_params") if self._logging_obj else None
+            if isinstance(params, dict):
+                params["model"] = body["model"]
         for name in [name for name in body if is_internal_field(name)]:
             del body[name]
         if patch.kwargs:

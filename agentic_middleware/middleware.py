@@ -16,6 +16,7 @@ from .hooks import BoundHook
 from .lifespan import HookLifecycle
 from .loop import AgenticLoop, LoopSetup, is_internal_field
 from .observe import Observer, RoundCallback
+from .precall import has_pre_call
 from .surfaces import Surface
 
 logger = logging.getLogger("agentic_middleware")
@@ -84,7 +85,7 @@ class AgenticLoopMiddleware:
         )
         self.routes = self.settings.surface_routes()
         self.providers = {surface.name: self.settings.provider(surface) for surface in self.routes.values()}
-        self.stream_wishes = _stream_wishes(self.settings)
+        self.stream_wishes = _stream_wishes(self.settings, self.hooks)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -159,16 +160,20 @@ class AgenticLoopMiddleware:
         return True
 
 
-def _stream_wishes(settings: Settings) -> list[Callable[[dict[str, Any]], Any]]:
-    """Which streaming requests take part: all, none, or those a hook asks for (`agentic_loop_streaming`)."""
+def _stream_wishes(settings: Settings, hooks: Iterable[BoundHook]) -> list[Callable[[dict[str, Any]], Any]]:
+    """Which streaming requests take part: all, none, or those a hook asks for (`agentic_loop_streaming`).
+
+    A LiteLLM hook with pre-call methods asks for all unless it says otherwise: only they can tell whether
+    they turn the stream into a non-stream, as LiteLLM's web search hook does.
+    """
     if settings.streaming is not None:
         return [lambda request: True] if settings.streaming else []
     wishes = []
-    for hook in settings.hooks:
-        wish = getattr(hook, "agentic_loop_streaming", False)
+    for hook in hooks:
+        wish = getattr(hook.hook, "agentic_loop_streaming", None)
         if callable(wish):
             wishes.append(wish)
-        elif wish is True:
+        elif wish is True or (wish is None and has_pre_call(hook)):
             wishes.append(lambda request: True)
     return wishes
 

@@ -135,7 +135,7 @@ def worker(command: dict[str, Any], shared: Post | None) -> tuple[OneRequest, Co
         litellm.callbacks = [lookup_hook]
 
         async def sdk() -> None:
-            final(await litellm.anthropic.messages.acreate(api_base=url, api_key="bench", **body))
+            final(await litellm.anthropic.messages.acreate(api_base=url, api_key="bench", **body))  # type: ignore[attr-defined,unused-ignore]
 
         return sdk, None
     if shared is not None:

@@ -1,0 +1,239 @@
+"""LiteLLM's pre-call lifecycle: what LiteLLM does to a request before its first model call, for hooks written for it.
+
+LiteLLM's own agentic hooks (web search, compression, code interpreter, the Headroom and Compresr guardrails)
+do half their work before the model is called: they convert native tools, compress the history, turn a stream
+into a non-stream, and write keys into the call's `kwargs` that their gates and plan builders read later. Here
+the same methods run once per client request, before the first call of the model app, in LiteLLM's order:
+
+1. guardrails' `apply_guardrail(inputs, request_data, input_type="request", logging_obj)` (the proxy's pre-call
+   guardrails run first), for hooks whose `event_hook` includes `pre_call`;
+2. `async_pre_call_deployment_hook(kwargs, call_type)`;
+3. on `/v1/messages`, `async_pre_request_hook(model, messages, kwargs)`.
+
+What they change of `messages`, `tools`, `tool_choice` and `stream` is applied to the request; every key they add
+to `kwargs` reaches every round's hooks (the loop's own keys win). LiteLLM is not imported: its call types are
+plain strings, which compare equal to its `CallTypes` members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import HookError
+
+if TYPE_CHECKING:
+    from .hooks import AgenticLoopLogging, BoundHook
+
+GUARDRAIL = "apply_guardrail"
+DEPLOYMENT_HOOK = "async_pre_call_deployment_hook"
+PRE_REQUEST_HOOK = "async_pre_request_hook"
+PRE_CALL_METHODS = (GUARDRAIL, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
+
+# LiteLLM's `call_type` for each wire format's SDK call.
+CALL_TYPES = {"anthropic_messages": "anthropic_messages", "chat_completions": "acompletion", "responses": "aresponses"}
+
+# The request fields a pre-call hook may change; other changes stay in its kwargs.
+BODY_FIELDS = ("messages", "tools", "tool_choice")
+
+# Keys the middleware gives the pre-call hooks that are not request parameters and are not carried on.
+_GIVEN = frozenset(
+    ("stream", "stream_options", "litellm_call_id", "custom_llm_provider", "litellm_logging_obj", "litellm_params")
+)
+
+
+def has_pre_call(hook: BoundHook) -> bool:
+    """Whether a hook takes part in the pre-call lifecycle: a guardrail wanting `pre_call`, or a pre-call hook."""
+    if hook.methods[DEPLOYMENT_HOOK] is not None or hook.methods[PRE_REQUEST_HOOK] is not None:
+        return True
+    return hook.methods[GUARDRAIL] is not None and _wants_pre_call(getattr(hook.hook, "event_hook", None))
+
+
+def _wants_pre_call(event_hook: Any) -> bool:
+    """LiteLLM's `event_hook`: None (every event), one event, or a list; a tag-based `Mode` counts as yes."""
+    if event_hook is None:
+        return True
+    if isinstance(event_hook, list | tuple):
+        return any(_event_name(item) == "pre_call" for item in event_hook)
+    name = _event_name(event_hook)
+    return name == "pre_call" if isinstance(name, str) else True
+
+
+def _event_name(event: Any) -> Any:
+    return getattr(event, "value", event)
+
+
+def model_call_details(body: dict[str, Any], provider: str, state: dict[str, Any]) -> dict[str, Any]:
+    """`logging_obj.model_call_details` as LiteLLM fills it where its hooks read it.
+
+    `litellm_params.metadata` holds `request.state.litellm_metadata` (a dict) and `request.state.user_api_key_auth`
+    as `user_api_key_auth`, the caller identity LiteLLM's proxy puts there; `agentic_loop_params` names the
+    request's model and provider.
+    """
+    metadata = dict(state.get("litellm_metadata") or {})
+    if state.get("user_api_key_auth") is not None:
+        metadata["user_api_key_auth"] = state["user_api_key_auth"]
+    return {
+        "litellm_params": {"metadata": metadata, "custom_llm_provider": provider},
+        "agentic_loop_params": {"model": body.get("model"), "custom_llm_provider": provider},
+    }
+
+
+class PreCall:
+    """The result of the lifecycle: the request body, whether gates see a stream, and the keys hooks added."""
+
+    def __init__(self, body: dict[str, Any], stream: bool, carried: dict[str, Any]) -> None:
+        self.body = body
+        self.stream = stream
+        self.carried = carried
+
+
+async def run_pre_call(
+    hooks: Sequence[BoundHook],
+    body: dict[str, Any],
+    *,
+    stream: bool,
+    stream_options: Any,
+    api_surface: str,
+    provider: str,
+    call_id: str,
+    logging_obj: AgenticLoopLogging,
+    call: Callable[..., Awaitable[Any]],
+) -> PreCall:
+    """Run every hook's pre-call methods over one request, in LiteLLM's order; `call` calls one hook method."""
+    kwargs: dict[str, Any] = dict(body)
+    if isinstance(kwargs.get("metadata"), dict):
+        kwargs["metadata"] = dict(kwargs["metadata"])  # hooks write their records here: not into the body
+    kwargs.update(stream=stream, litellm_call_id=call_id, custom_llm_provider=provider, litellm_logging_obj=logging_obj)
+    if stream and stream_options is not None:
+        kwargs["stream_options"] = stream_options
+    call_type = CALL_TYPES.get(api_surface)
+    for hook in hooks:
+        if hook.methods[GUARDRAIL] is not None and _wants_pre_call(getattr(hook.hook, "event_hook", None)):
+            await _guardrail(hook, kwargs, api_surface, logging_obj, call)
+    for hook in hooks:
+        if hook.methods[DEPLOYMENT_HOOK] is not None:
+            result = await call(hook, DEPLOYMENT_HOOK, kwargs=kwargs, call_type=call_type)
+            kwargs = _kwargs_of(hook, DEPLOYMENT_HOOK, result, kwargs)
+    if api_surface == "anthropic_messages":
+        model, messages = kwargs.pop("model", None), kwargs.pop("messages", None)
+        kwargs.setdefault("litellm_params", {"custom_llm_provider": provider})
+        for hook in hooks:
+            if hook.methods[PRE_REQUEST_HOOK] is not None:
+                result = await call(hook, PRE_REQUEST_HOOK, model=model, messages=messages, kwargs=kwargs)
+                kwargs = _kwargs_of(hook, PRE_REQUEST_HOOK, result, kwargs)
+        kwargs.setdefault("messages", messages)
+        if model is not None:
+            kwargs.setdefault("model", model)
+    return _applied(body, kwargs, stream)
+
+
+def _kwargs_of(hook: BoundHook, method: str, result: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """LiteLLM keeps the kwargs a hook edited in place when it returns None, and takes a returned dict."""
+    if result is None:
+        return kwargs
+    if not isinstance(result, dict):
+        raise HookError(hook.name, method, f"returned {type(result).__name__}, not a kwargs dict")
+    return result
+
+
+def _applied(body: dict[str, Any], kwargs: dict[str, Any], stream: bool) -> PreCall:
+    new_body = dict(body)
+    for name in BODY_FIELDS:
+        if name in kwargs and kwargs[name] is not None:
+            new_body[name] = kwargs[name]
+        elif name in body:
+            del new_body[name]
+    carried = {
+        name: value
+        for name, value in kwargs.items()
+        if name not in body and name not in _GIVEN and name not in BODY_FIELDS and name not in ("model", "messages")
+    }
+    # A hook may turn a stream off (LiteLLM then answers with a stream made from the whole answer), never on.
+    return PreCall(new_body, stream and kwargs.get("stream") is not False, carried)
+
+
+async def _guardrail(
+    hook: BoundHook,
+    request_data: dict[str, Any],
+    api_surface: str,
+    logging_obj: AgenticLoopLogging,
+    call: Callable[..., Awaitable[Any]],
+) -> None:
+    """One guardrail's `apply_guardrail` on the request: its messages and tools written back into `request_data`."""
+    messages = request_data.get("messages")
+    if not isinstance(messages, list):
+        return
+    tools = request_data.get("tools")
+    chat_tools = _chat_tools(tools, api_surface)
+    inputs: dict[str, Any] = {"texts": _texts(messages), "structured_messages": messages}
+    if chat_tools:
+        inputs["tools"] = chat_tools
+    if isinstance(request_data.get("model"), str):
+        inputs["model"] = request_data["model"]
+    result = await call(
+        hook, GUARDRAIL, inputs=inputs, request_data=request_data, input_type="request", logging_obj=logging_obj
+    )
+    if not isinstance(result, dict):
+        raise HookError(hook.name, GUARDRAIL, f"returned {type(result).__name__}, not the guardrail inputs")
+    returned_messages = result.get("structured_messages")
+    if isinstance(returned_messages, list) and returned_messages is not messages:
+        request_data["messages"] = list(returned_messages)
+    returned_tools = result.get("tools")
+    if isinstance(returned_tools, list) and returned_tools is not chat_tools:
+        request_data["tools"] = _route_tools(returned_tools, tools, api_surface)
+
+
+def _texts(messages: list[Any]) -> list[str]:
+    """Every text of the messages, in order (string contents and text parts)."""
+    texts = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(
+                part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+            )
+    return texts
+
+
+def _chat_tools(tools: Any, api_surface: str) -> list[Any]:
+    """The request's tools as OpenAI function tools, which guardrails read on every route (as in LiteLLM)."""
+    if not isinstance(tools, list):
+        return []
+    if api_surface != "anthropic_messages":
+        return tools
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool["name"],
+                "description": tool.get("description", ""),
+                "parameters": tool.get("input_schema", {}),
+            },
+        }
+        for tool in tools
+        if isinstance(tool, dict) and "input_schema" in tool and tool.get("type") in (None, "custom")
+    ]
+
+
+def _route_tools(returned: list[Any], original: Any, api_surface: str) -> list[Any]:
+    """A guardrail's returned tools in the route's own shape; provider-native tools it never saw are kept."""
+    if api_surface != "anthropic_messages":
+        return returned
+    native = [tool for tool in original or () if not (isinstance(tool, dict) and "input_schema" in tool)]
+    converted = []
+    for tool in returned:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and tool.get("type") == "function":
+            converted.append(
+                {
+                    "name": function.get("name"),
+                    "description": function.get("description", ""),
+                    "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+                }
+            )
+        else:
+            converted.append(tool)
+    return [*native, *converted]
