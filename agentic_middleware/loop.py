@@ -416,9 +416,9 @@ class AgenticLoop:
                 return self.overridden(answer, plan.response_override, hook, method)
             if plan.terminate:  # as LiteLLM: the post hook gets the answer without the calls this hook claimed
                 self.finish("terminate", hook, plan.stop_reason)
-                ended = answer.replaced(self.surface.without_claimed(response, claims_of([claim])))
+                stripped = answer.replaced(self.surface.without_claimed(response, claims_of([claim])))
                 ending = Rerun(hook, method, raw_plan, AgenticLoopRequestPatch(), kwargs)
-                return await self.post_processed(ending, ended)
+                return await self.post_processed(ending, stripped)
             if plan.run_agentic_loop:
                 self.seen.add(fingerprint)
                 return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)

@@ -32,6 +32,7 @@ litellm = pytest.importorskip("litellm")
 from litellm.integrations.websearch_interception.handler import WebSearchInterceptionLogger  # noqa: E402
 
 from agentic_middleware import AgenticLoopMiddleware  # noqa: E402
+from agentic_middleware.closing import DEFAULT_CLOSING_TEXT  # noqa: E402
 from agentic_middleware.testing import (  # noqa: E402
     RecordedRequest,
     ScriptedModel,
@@ -206,19 +207,28 @@ async def test_websearch_stream_is_answered_as_a_stream_and_its_gate_sees_no_str
 
 
 async def test_websearch_limit_set_by_the_hook_holds(sdk: Any, search: Search) -> None:
+    """The hook's `max_agentic_loops=1` holds in both. At the limit LiteLLM drops the refused call; so does
+    `closing="text"`, which also gives `closing_text` as the answer's text (the refused answer had nothing else),
+    while the default `closing="call"` makes one more, tool-less call for a closing answer."""
+
     def model() -> ScriptedModel:
         return ScriptedModel(
             message(tool_use("litellm_web_search", {"query": "Paris weather"}, id="toolu_a")),
             message(tool_use("litellm_web_search", {"query": "Paris forecast"}, id="toolu_b")),
-            message("never asked for"),
+            message("Sunny, from what I found."),
         )
 
-    ours, theirs = model(), model()
+    async def ours(closing: str) -> tuple[Any, ScriptedModel]:
+        model_app = model()
+        app = AgenticLoopMiddleware(model_app, hooks=[hook], closing=closing)
+        reply = await anthropic_client(app).messages.create(
+            model="scripted", max_tokens=100, messages=QUESTION, tools=[NATIVE_SEARCH]
+        )
+        return reply, model_app
+
     hook = WebSearchInterceptionLogger(enabled_providers=["anthropic"], max_agentic_loops=1)
-    app = AgenticLoopMiddleware(ours, hooks=[hook])
-    reply = await anthropic_client(app).messages.create(
-        model="scripted", max_tokens=100, messages=QUESTION, tools=[NATIVE_SEARCH]
-    )
+    (text_reply, text_model), (call_reply, call_model) = await ours("text"), await ours("call")
+    theirs = model()
     sdk.callbacks = [hook]
     async with served(theirs) as base:
         expected = await sdk.anthropic_interface.messages.acreate(
@@ -230,9 +240,13 @@ async def test_websearch_limit_set_by_the_hook_holds(sdk: Any, search: Search) -
             api_key="k",
         )
 
-    assert len(ours.requests) == len(theirs.requests) == 2  # one rerun, then the refused call is removed
-    assert blocks(reply.content) == blocks(expected["content"])
-    assert reply.stop_reason == expected["stop_reason"] == "end_turn"
+    assert search.queries == ["Paris weather"] * 3  # one search each: the second call is refused every time
+    assert len(text_model.requests) == len(theirs.requests) == 2
+    assert blocks(text_reply.content)[:-1] == blocks(expected["content"])
+    assert blocks(text_reply.content)[-1] == ("text", DEFAULT_CLOSING_TEXT)
+    assert text_reply.stop_reason == expected["stop_reason"] == "end_turn"
+    assert len(call_model.requests) == 3 and bodies(call_model)[2]["tool_choice"] == {"type": "none"}  # closing call
+    assert blocks(call_reply.content)[-1] == ("text", "Sunny, from what I found.")
 
 
 CHAT_SEARCH = {"type": "web_search"}
