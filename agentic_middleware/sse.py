@@ -275,7 +275,10 @@ def responses_item(
         for piece in _pieces(text, size):
             yield emit(f"{prefix}.delta", **at, delta=piece)
         yield emit(f"{prefix}.done", **at, **{name: text})
-    # Anything else (web_search_call, mcp_call, ...) arrives whole in `output_item.added`.
+    elif kind == "web_search_call":  # the search's stages, as the API reports them
+        for stage in ("in_progress", "searching", "completed"):
+            yield emit(f"response.web_search_call.{stage}", **at)
+    # Anything else (mcp_call, ...) arrives whole in `output_item.added`.
     yield emit("response.output_item.done", output_index=index, item=item)
 
 

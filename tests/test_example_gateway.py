@@ -68,7 +68,7 @@ async def _default_gateway_answers(app: Any) -> None:
         model="demo", input="Who created Git?", tools=[{"type": "web_search_preview"}]
     )
     assert answer.output_text.startswith('According to "Git"')
-    assert [item.type for item in answer.output] == ["message"]
+    assert [item.type for item in answer.output] == ["web_search_call", "message"]  # OpenAI's record of the search
     async with openai_client(app).responses.stream(model="demo", input="Where is Nairobi National Park?") as stream:
         streamed = await stream.get_final_response()
     assert streamed.output_text.startswith('According to "Nairobi"')

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from anthropic.types import (
     CitationsWebSearchResultLocation,
@@ -13,12 +14,27 @@ from anthropic.types import (
     WebSearchResultBlock,
     WebSearchToolResultBlock,
 )
-from conftest import anthropic_client
+from conftest import anthropic_client, openai_client
+from openai.types.responses import (
+    ResponseFunctionWebSearch,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+from openai.types.responses.response_output_text import AnnotationURLCitation
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
 from agentic_middleware.native import NativeOptions, Source, format_sources, search_result
 from agentic_middleware.surfaces import ToolResult
-from agentic_middleware.testing import RecordedRequest, ScriptedModel, message, tool_use
+from agentic_middleware.testing import (
+    RecordedRequest,
+    ScriptedModel,
+    chat_completion,
+    function_call,
+    message,
+    response,
+    tool_call,
+    tool_use,
+)
 
 CANBERRA = Source("https://en.example.org/wiki/Canberra", "Canberra", "Canberra is the capital of Australia.", "3 days")
 SYDNEY = Source("https://travel.test/sydney", "Sydney", "Sydney is the largest city of Australia.")
@@ -258,3 +274,116 @@ def test_a_result_is_cited_where_its_url_stands_alone() -> None:
 
     text = f"See {CANBERRA.url}. Not {CANBERRA.url}_2, but {CANBERRA.url}"
     assert [start for _, _, start in citations(text, [CANBERRA, CANBERRA])] == [4, text.rindex(CANBERRA.url)]
+
+
+# OpenAI Responses and Chat Completions.
+
+WEB_SEARCH = {
+    "type": "web_search",
+    "filters": {"allowed_domains": ["example.org", "travel.test"]},
+    "user_location": {"type": "approximate", "country": "AU"},
+}
+
+
+def responses_model(answer: str = ANSWER) -> ScriptedModel:
+    return ScriptedModel(
+        response(function_call("web_search", {"query": "capital"}, call_id="call_ws1")),
+        response(answer, usage={"input_tokens": 30, "output_tokens": 7, "total_tokens": 37}),
+    )
+
+
+async def test_the_openai_sdk_reads_web_search_call_items_and_url_citations_on_responses() -> None:
+    search = Search([CANBERRA, SPAM, SYDNEY])
+    model = responses_model()
+    answer = await openai_client(AgenticLoopMiddleware(model, hooks=[search.hook()])).responses.create(
+        model="m",
+        input=QUESTION,
+        tools=[WEB_SEARCH],  # type: ignore[list-item]
+    )
+    call, reply = answer.output
+    assert isinstance(call, ResponseFunctionWebSearch)
+    assert call.id.startswith("ws_") and call.status == "completed"
+    assert call.action.type == "search" and call.action.query == "capital"
+    assert [source.url for source in call.action.sources or []] == [CANBERRA.url, SYDNEY.url]
+    assert isinstance(reply, ResponseOutputMessage)
+    text = reply.content[0]
+    assert isinstance(text, ResponseOutputText) and text.text == ANSWER
+    (citation,) = text.annotations
+    assert isinstance(citation, AnnotationURLCitation)
+    assert text.text[citation.start_index : citation.end_index] == CANBERRA.url
+    assert (citation.url, citation.title) == (CANBERRA.url, "Canberra")
+    assert answer.usage is not None and answer.usage.input_tokens == 40
+    (options,) = search.options
+    assert options is not None and options.allowed_domains == ("example.org", "travel.test")
+    assert options.user_location == {"country": "AU"}
+
+    # The next turn, with the output items sent back as input: the app gets its own function call and output again.
+    model.script.append(response("About 470,000."))
+    history = [{"role": "user", "content": QUESTION}, *(item.model_dump() for item in answer.output)]
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[search.hook()]))
+    follow = await client.responses.create(
+        model="m",
+        input=[*history, {"role": "user", "content": "How many live there?"}],  # type: ignore[list-item]
+        tools=[WEB_SEARCH],  # type: ignore[list-item]
+    )
+    assert follow.output_text == "About 470,000."
+    items = model.requests[2].body["input"]
+    assert [item.get("type", "message") for item in items] == [
+        *("message", "function_call", "function_call_output", "message", "message")
+    ]
+    assert items[2]["output"] == model.requests[1].body["input"][-1]["output"]  # what the model read during the turn
+    assert items[1]["name"] == "web_search" and orjson.loads(items[1]["arguments"]) == {"query": "capital"}
+    assert items[3]["content"][0]["annotations"] == []
+
+
+async def test_a_responses_stream_reports_the_search_and_gives_the_json_answer() -> None:
+    hook = Search([CANBERRA]).hook()
+    replies = responses_model().script
+    answer = await openai_client(AgenticLoopMiddleware(ScriptedModel(*replies), hooks=[hook])).responses.create(
+        model="m",
+        input=QUESTION,
+        tools=[WEB_SEARCH],  # type: ignore[list-item]
+    )
+    client = openai_client(AgenticLoopMiddleware(ScriptedModel(*replies), hooks=[hook]))
+    async with client.responses.stream(model="m", input=QUESTION, tools=[WEB_SEARCH]) as stream:  # type: ignore[list-item]
+        events = [event async for event in stream]
+        streamed = await stream.get_final_response()
+    # (the stream helper's parsed types add `parsed: None`, which exclude_none leaves out)
+    assert [item.model_dump(exclude_none=True) for item in streamed.output] == [
+        item.model_dump(exclude_none=True) for item in answer.output
+    ]
+    stages = [event for event in events if event.type.startswith("response.web_search_call.")]
+    assert [event.type.rsplit(".", 1)[1] for event in stages] == ["in_progress", "searching", "completed"]
+    assert all(event.item_id == answer.output[0].id and event.output_index == 0 for event in stages)  # type: ignore[union-attr]
+
+
+async def test_a_chat_client_s_web_search_options_are_served_and_citations_annotated() -> None:
+    search = Search([CANBERRA, SYDNEY])
+    model = ScriptedModel(
+        chat_completion(tool_calls=[tool_call("web_search", {"query": "capital"})]), chat_completion(ANSWER)
+    )
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[search.hook()]))
+    location = {"type": "approximate", "approximate": {"city": "Sydney", "country": "AU"}}
+    completion = await client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": QUESTION}],
+        web_search_options={"user_location": location},  # type: ignore[typeddict-item]
+    )
+    message_ = completion.choices[0].message
+    assert message_.content == ANSWER and message_.tool_calls is None
+    (annotation,) = message_.annotations or []
+    cited = annotation.url_citation
+    assert annotation.type == "url_citation" and (cited.url, cited.title) == (CANBERRA.url, "Canberra")
+    assert ANSWER[cited.start_index : cited.end_index] == CANBERRA.url
+    assert all("web_search_options" not in request.body for request in model.requests)  # served here, not by the app
+    (options,) = search.options
+    assert options is not None and options.user_location == {"city": "Sydney", "country": "AU"}
+
+    # Without web_search_options the tool is served as a plain server tool: no annotations.
+    model.script += [
+        chat_completion(tool_calls=[tool_call("web_search", {"query": "capital"})]),
+        chat_completion(ANSWER),
+    ]
+    plain = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+    assert plain.choices[0].message.annotations is None
+    assert search.options[-1] is None

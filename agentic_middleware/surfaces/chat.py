@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 
 from .. import sse
+from ..native import NativeFormat
+from ..native.chat import ChatNative
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
@@ -139,6 +141,9 @@ class ChatCompletions(Surface):
         if isinstance(options, dict) and options.get("include_usage") is True:
             return body
         return {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
+
+    def native_format(self) -> NativeFormat:
+        return _NATIVE
 
     def keepalive(self) -> bytes:
         return sse.chat_keepalive()
@@ -387,3 +392,6 @@ def _rest(message: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]
         else:
             del rest[key]
     return rest
+
+
+_NATIVE = ChatNative()

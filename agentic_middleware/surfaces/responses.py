@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 
 from .. import sse
+from ..native import NativeFormat
+from ..native.responses import ResponsesNative
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
 from . import PATCH_FIELDS, AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field
@@ -174,6 +176,9 @@ class Responses(Surface):
 
     def relay(self, stream_options: Any) -> StreamRelay | None:
         return ResponsesRelay()
+
+    def native_format(self) -> NativeFormat:
+        return _NATIVE
 
     def keepalive(self) -> bytes:
         return sse.chat_keepalive()
@@ -347,3 +352,6 @@ class ResponsesRelay(StreamRelay):
             "error": {"code": code or openai_error_type(status), "message": message},
         }
         return self.emit("response.failed", response=failed)
+
+
+_NATIVE = ResponsesNative()

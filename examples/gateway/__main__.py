@@ -64,7 +64,16 @@ async def demo(config: str) -> None:
         async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0) as gpt:
             answer = await gpt.responses.create(model="demo", input=question, tools=[{"type": "web_search"}])
         print("openai SDK, POST /v1/responses, with OpenAI's native web_search tool:")
-        print(f"  Q: {question}\n  A: {answer.output_text}  (status={answer.status})\n")
+        print(f"  Q: {question}")
+        for item in answer.output:  # OpenAI's own record of the search, then the message with its citations
+            if item.type == "web_search_call" and item.action.type == "search":
+                print(f"  [web_search_call {item.status}: search {item.action.query!r}]")
+            elif item.type == "message":
+                for part in item.content:
+                    if part.type == "output_text":
+                        cited = ", ".join(a.url for a in part.annotations if a.type == "url_citation")
+                        print(f"  A: {part.text}" + (f"  [cites {cited}]" if cited else ""))
+        print(f"  (status={answer.status})\n")
 
         question = "What time is it in Tokyo?"
         async with anthropic.AsyncAnthropic(base_url=url, api_key="demo", max_retries=0) as claude:

@@ -1,0 +1,129 @@
+"""OpenAI Responses: `web_search_call` output items and `url_citation` annotations; on the next turn, a
+`function_call` and its `function_call_output` again."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ..payload import JSONObject
+from . import NativeFormat, NativeRound, NativeRun, citations, encode_text, result_text
+
+CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+RECORD_TYPE = "web_search_call"
+
+
+def record_id(call: Mapping[str, Any]) -> str:
+    """The item's id for the app's call: `ws_` and the call's own."""
+    own = str(call.get("call_id") or call.get("id") or "")
+    return f"ws_{own.removeprefix('call_').removeprefix('fc_')}"
+
+
+def web_search_call(run: NativeRun) -> dict[str, Any]:
+    """The `web_search_call` item of one call; `results` (not in the SDK's type, which keeps it) carries what the
+    model read to the next turn, as `encrypted_content` does on Messages."""
+    sources = run.result.sources
+    return {
+        "type": RECORD_TYPE,
+        "id": record_id(run.call),
+        "status": "failed" if run.error_code else "completed",
+        "action": {"type": "search", "query": run.query, "sources": [{"type": "url", "url": s.url} for s in sources]},
+        "results": [
+            {"url": s.url, "title": s.title, "encrypted_content": encode_text(s.text), "page_age": s.page_age}
+            for s in sources
+        ],
+    }
+
+
+def _is_run(item: Any, run: NativeRun) -> bool:
+    return item is run.call or (bool(item.get("call_id")) and item.get("call_id") == run.call.get("call_id"))
+
+
+class ResponsesNative(NativeFormat):
+    def record(self, final: dict[str, Any], round: NativeRound) -> dict[str, Any]:
+        output = [item for item in round.response.get("output") or () if isinstance(item, dict)]
+        runs = [next((run for run in round.runs if _is_run(item, run)), None) for item in output]
+        left_out = {i for i, item in enumerate(output) if item.get("type") in CALL_TYPES and runs[i] is None}
+        shown = []
+        for index, (item, run) in enumerate(zip(output, runs, strict=True)):
+            if index in left_out or (item.get("type") == "reasoning" and index + 1 in left_out):
+                continue  # other calls leave, with the reasoning item that led to them
+            shown.append(web_search_call(run) if run is not None else item)
+        later = final.get("output")
+        later = [self._cited(item, round) for item in (later if isinstance(later, list) else ())]
+        return JSONObject(final, output=[*shown, *later])
+
+    def _cited(self, item: Any, round: NativeRound) -> Any:
+        if not isinstance(item, dict) or item.get("type") != "message" or not isinstance(item.get("content"), list):
+            return item
+        sources = round.sources()
+        parts = []
+        for part in item["content"]:
+            text = part.get("text") if isinstance(part, dict) and part.get("type") == "output_text" else None
+            found = list(citations(text, sources)) if isinstance(text, str) else []
+            if found:
+                annotations = [
+                    {
+                        "type": "url_citation",
+                        "start_index": start,
+                        "end_index": start + len(source.url),
+                        "url": source.url,
+                        "title": source.title,
+                    }
+                    for _, source, start in sorted(found, key=lambda found: found[2])
+                ]
+                part = {**part, "annotations": [*annotations, *(part.get("annotations") or [])]}
+            parts.append(part)
+        return {**item, "content": parts}
+
+    def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+        items = body.get("input")
+        name = names.get("web_search")
+        if name is None or not isinstance(items, list):
+            return body
+        if not any(isinstance(item, dict) and item.get("type") == RECORD_TYPE for item in items):
+            return body
+        turned: list[Any] = []
+        for item in items:
+            if not isinstance(item, dict) or item.get("type") != RECORD_TYPE:
+                turned.append(_uncited(item))
+                continue
+            action = item.get("action")
+            action = action if isinstance(action, dict) else {}
+            query = action.get("query") if isinstance(action.get("query"), str) else None
+            results = item.get("results")
+            if not isinstance(results, list):  # a client that kept only the SDK's fields: the URLs are what is left
+                results = [
+                    {"url": s.get("url"), "title": ""} for s in action.get("sources") or [] if isinstance(s, dict)
+                ]
+            failed = item.get("status") == "failed"
+            text, _ = result_text(query, results, "unavailable" if failed else None, name)
+            call_id = str(item.get("id") or record_id({}))
+            arguments = orjson.dumps({"query": query} if query is not None else {}).decode()
+            turned.append({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
+            turned.append({"type": "function_call_output", "call_id": call_id, "output": text})
+        return {**body, "input": turned}
+
+
+def _uncited(item: Any) -> Any:
+    """An assistant message without the `url_citation` annotations the middleware added."""
+    if (
+        not isinstance(item, dict)
+        or item.get("type", "message") != "message"
+        or not isinstance(item.get("content"), list)
+    ):
+        return item
+    parts = [
+        {
+            **part,
+            "annotations": [
+                a for a in part["annotations"] if not (isinstance(a, dict) and a.get("type") == "url_citation")
+            ],
+        }
+        if isinstance(part, dict) and isinstance(part.get("annotations"), list)
+        else part
+        for part in item["content"]
+    ]
+    return {**item, "content": parts}
