@@ -380,7 +380,11 @@ class AgenticLoop:
             claim = await self.ask_gate(hook, response, kwargs)
             if claim is None:
                 continue
-            self.watch_client()
+            if self.client.watcher is None:
+                self.watch_client()
+                # One turn of the event loop for the watcher: a client that left during the first call (a
+                # disconnect already waiting in `receive`) ends the loop here, before any plan or rerun.
+                await asyncio.sleep(0)
             self.round.tools = [str(self.surface.call_name(call)) for call in _claimed_calls(claim)]
             if fingerprint is None:
                 fingerprint = self.surface.fingerprint(response)

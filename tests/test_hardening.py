@@ -507,3 +507,30 @@ async def test_cleanup_hooks_run_to_the_end_even_if_the_client_leaves_meanwhile(
     client.gone.set()
     await asyncio.wait_for(task, 5)
     assert steps == ["started", "finished"]
+
+
+async def test_a_client_that_disconnects_during_the_first_call_gets_no_further_call(route: Route) -> None:
+    first_started, first_may_end = asyncio.Event(), asyncio.Event()
+
+    async def slow_first(request: RecordedRequest) -> Any:
+        first_started.set()
+        await first_may_end.wait()  # an app that does not listen for the disconnect itself
+        return route.calls(("lookup", {"n": 1}))
+
+    records: list[Any] = []
+    hook = ToolHook()
+    model = ScriptedModel(slow_first, route.text("never asked"), route.text("never asked"))
+    app = AgenticLoopMiddleware(model, hooks=[hook], on_round=records.append)
+    raw = orjson.dumps(route.request())
+    client = Client(raw)
+    task = asyncio.create_task(app(http_scope(route.path, raw), client.receive, client.send))
+    await asyncio.wait_for(first_started.wait(), 5)
+    client.gone.set()
+    await asyncio.sleep(0.01)  # the disconnect is there to read before the first call ends
+    first_may_end.set()
+    await asyncio.wait_for(task, 5)
+
+    assert len(model.requests) == 1  # no rerun started
+    assert hook.plans == []  # no plan built either
+    assert client.sent == []
+    assert records[-1].outcome == "client_disconnect"
