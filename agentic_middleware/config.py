@@ -32,6 +32,8 @@ DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
 DEFAULT_MAX_AGENTIC_LOOPS = 3
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
 MIN_KEEPALIVE = 0.01  # seconds
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # latin-1 text without line breaks
 SECTION = "agentic_middleware"
 ENV_PREFIX = "os.environ/"
 MCP_SERVERS = "mcp_servers"  # builds `MCPTools` hooks (agentic_middleware.mcp)
@@ -68,6 +70,7 @@ class Settings:
     stream_keepalive: float = 5.0
     closing: str = "call"
     closing_text: str = DEFAULT_CLOSING_TEXT
+    internal_headers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
@@ -87,6 +90,17 @@ class Settings:
         for name in ("sum_usage", "log_bodies", "tracing", "error_details"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.internal_headers, Mapping) or not all(
+            isinstance(name, str)
+            and _TOKEN.fullmatch(name)
+            and isinstance(value, str)
+            and _HEADER_VALUE.fullmatch(value)
+            for name, value in self.internal_headers.items()
+        ):
+            raise ConfigurationError(
+                f"internal_headers must map header names to text values (`{{call_id}}` for the loop's call id), "
+                f"got {self.internal_headers!r}"
+            )
         if self.closing not in CLOSING_MODES:
             raise ConfigurationError(f"closing must be one of {', '.join(CLOSING_MODES)}, got {self.closing!r}")
         if not isinstance(self.closing_text, str) or not self.closing_text.strip():
@@ -113,6 +127,10 @@ class Settings:
                 )
         elif provider is not None and not isinstance(provider, str):
             raise ConfigurationError(f"custom_llm_provider must be a string or a mapping, got {provider!r}")
+
+    def header_templates(self) -> list[tuple[bytes, str]]:
+        """The operator's headers for internal calls: lowercase names, values with `{call_id}` still to fill."""
+        return [(name.lower().encode(), value) for name, value in self.internal_headers.items()]
 
     def surface_routes(self) -> dict[str, Surface]:
         """Each routed path with its wire format."""

@@ -74,6 +74,11 @@ class Dispatcher:
         self.timer: asyncio.Timeout | None = None
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
 
+    def set_headers(self, headers: Headers) -> None:
+        """Headers the operator puts on every call; the client's own of the same names are dropped."""
+        names = {name for name, _ in headers}
+        self.headers = [(name, value) for name, value in self.headers if name.lower() not in names] + headers
+
     def forwarding(self) -> None:
         """An answer starts going to the client: no error reply may follow, and no timeout of ours cuts it."""
         self.forwarded = True

@@ -88,6 +88,7 @@ class LoopSetup:
         self.hooks = hooks
         self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
         self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle
+        self.internal_headers = settings.header_templates()
         self.settings = settings
         self.observer = observer
 
@@ -138,6 +139,13 @@ class AgenticLoop:
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self._logging_obj: AgenticLoopLogging | None = None
         self.round = RoundRecord(self.call_id, surface.name, 0)
+        if setup.internal_headers:
+            self.dispatch.set_headers(
+                [
+                    (name, value.replace("{call_id}", self.call_id).encode("latin-1"))
+                    for name, value in setup.internal_headers
+                ]
+            )
         self.streaming = streaming
         self.events: EventStream | None = None
         if streaming:

@@ -52,6 +52,7 @@ class AgenticLoopMiddleware:
         stream_keepalive: float | None = None,
         closing: str | None = None,
         closing_text: str | None = None,
+        internal_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -74,6 +75,7 @@ class AgenticLoopMiddleware:
             stream_keepalive=stream_keepalive,
             closing=closing,
             closing_text=closing_text,
+            internal_headers=internal_headers,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)

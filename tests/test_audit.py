@@ -283,3 +283,40 @@ async def test_with_two_choices_the_rerun_continues_one_choice() -> None:
     assert len(assistants) == 1 and len(assistants[0]["tool_calls"]) == 1
     tool_messages = [m for m in history if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == [assistants[0]["tool_calls"][0]["id"]]
+
+
+# 12. Operator headers on internal calls
+
+
+async def test_operator_headers_go_on_every_internal_call_and_the_clients_own_do_not_pass(route: Route) -> None:
+    model = ScriptedModel(route.calls(("lookup", {"n": 1})), route.calls(("lookup", {"n": 2})), route.text("done"))
+    records: list[Any] = []
+    app = AgenticLoopMiddleware(
+        model,
+        hooks=[ToolHook()],
+        on_round=records.append,
+        internal_headers={"X-Trace-Id": "agentic-{call_id}", "x-litellm-tags": "agentic"},
+    )
+    headers = {"x-trace-id": "client-chosen", "x-litellm-tags": "free-tier", "x-other": "kept"}
+    if route.name == "messages":
+        client = anthropic_client(app, default_headers=headers)
+        await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "go"}])
+    else:
+        await openai_client(app, default_headers=headers).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}]
+        )
+
+    assert len(model.requests) == 3
+    call_id = records[0].litellm_call_id
+    for request in model.requests:
+        assert request.headers["x-trace-id"] == f"agentic-{call_id}"  # the same on the first call and each rerun
+        assert request.headers["x-litellm-tags"] == "agentic"
+        assert request.headers["x-other"] == "kept"
+        assert "client-chosen" not in request.headers.values() and "free-tier" not in request.headers.values()
+
+
+def test_operator_headers_are_checked_at_start() -> None:
+    with pytest.raises(ConfigurationError, match="internal_headers"):
+        AgenticLoopMiddleware(ScriptedModel(), internal_headers={"bad name": "x"})
+    with pytest.raises(ConfigurationError, match="internal_headers"):
+        AgenticLoopMiddleware(ScriptedModel(), internal_headers={"x-ok": 3})  # type: ignore[dict-item]
