@@ -146,6 +146,30 @@ class Settings:
         return surface.provider
 
 
+def warn_if_litellm_runs(hooks: Iterable[object], final: bool = False) -> bool:
+    """Warn when LiteLLM, imported in this process, has our hooks in its `litellm.callbacks`.
+
+    Then LiteLLM runs their loop itself inside the model app, the app's answers reach us with no call left to
+    claim, and the middleware silently never acts (the set-up a shared config file invites). True once checked
+    for good: a warning was given, or `final` (the first looped request, when LiteLLM's start-up has run).
+    """
+    litellm = sys.modules.get("litellm")
+    registered = getattr(litellm, "callbacks", None) if litellm is not None else None
+    if not isinstance(registered, list):
+        return final
+    shared = [hook for hook in hooks if any(hook is callback for callback in registered)]
+    if not shared:
+        return final
+    logger.warning(
+        "hooks %s are also in litellm.callbacks: LiteLLM runs their agentic loop itself inside the model app, so "
+        "this middleware never sees a call to act on. List them for one of the two only: for the middleware, move "
+        "them from litellm_settings.callbacks to the agentic_middleware.hooks section of the config (LiteLLM does "
+        "not read it)",
+        ", ".join(type(hook).__name__ for hook in shared),
+    )
+    return True
+
+
 def resolve_hooks(entries: Iterable[object], where: str, folder: Path | None = None) -> tuple[object, ...]:
     """Hook objects from instances and dotted paths (one path alone too); an entry that is no hook is an error."""
     if isinstance(entries, str):

@@ -11,7 +11,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start, read_body, replay, scope_with_body_length
-from .config import Settings, load_config, merged, resolve_hooks
+from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .hooks import BoundHook
 from .lifespan import HookLifecycle
 from .loop import AgenticLoop, LoopSetup, is_internal_field
@@ -88,6 +88,7 @@ class AgenticLoopMiddleware:
         self.routes = self.settings.surface_routes()
         self.providers = {surface.name: self.settings.provider(surface) for surface in self.routes.values()}
         self.stream_wishes = _stream_wishes(self.settings, self.hooks)
+        self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -133,6 +134,8 @@ class AgenticLoopMiddleware:
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
             if takes_part:
+                if not self.litellm_checked:  # LiteLLM's proxy reads its config at its start-up, after our __init__
+                    self.litellm_checked = warn_if_litellm_runs(self.settings.hooks, final=True)
                 if not self.lifecycle.started and not await self._started(surface, send):
                     return
                 loop = AgenticLoop(

@@ -3,7 +3,9 @@ of zero, config mistakes, and chat answers with several choices."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
+import types
 from pathlib import Path
 from typing import Any
 
@@ -320,3 +322,39 @@ def test_operator_headers_are_checked_at_start() -> None:
         AgenticLoopMiddleware(ScriptedModel(), internal_headers={"bad name": "x"})
     with pytest.raises(ConfigurationError, match="internal_headers"):
         AgenticLoopMiddleware(ScriptedModel(), internal_headers={"x-ok": 3})  # type: ignore[dict-item]
+
+
+# 13. LiteLLM running the same hooks itself
+
+
+async def test_hooks_that_litellm_also_runs_are_reported_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LiteLLM's proxy loads `litellm_settings.callbacks` into `litellm.callbacks` at its start-up, which comes
+    after the middleware is built: the first looped request finds them there."""
+    hook, other = ToolHook(), ToolHook()
+    litellm = types.ModuleType("litellm")
+    litellm.callbacks = []  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "litellm", litellm)
+    route = Route("messages")
+    model = ScriptedModel(route.text("a"), route.text("b"))
+    app = AgenticLoopMiddleware(model, hooks=[hook, other])
+    assert "litellm.callbacks" not in caplog.text
+
+    litellm.callbacks.append(hook)  # type: ignore[attr-defined]
+    async with http_client(app) as client:
+        await post(client, route, route.request())
+        await post(client, route, route.request())
+    warnings = [r for r in caplog.records if "litellm.callbacks" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    assert "agentic_middleware.hooks" in warnings[0].getMessage()
+
+
+def test_no_warning_when_litellm_runs_other_callbacks(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    litellm = types.ModuleType("litellm")
+    litellm.callbacks = [ToolHook()]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "litellm", litellm)
+    AgenticLoopMiddleware(ScriptedModel(), hooks=[ToolHook()])
+    assert "litellm.callbacks" not in caplog.text
