@@ -22,6 +22,7 @@ from typing import Any
 from .closing import CLOSING_MODES, DEFAULT_CLOSING_TEXT
 from .errors import ConfigurationError
 from .hooks import BoundHook
+from .routes import PRESETS, RouteTable, template_error
 from .surfaces import Surface, surfaces
 
 logger = logging.getLogger("agentic_middleware")
@@ -110,11 +111,19 @@ class Settings:
         if self.on_round is not None and not callable(self.on_round):
             raise ConfigurationError(f"on_round must be a callable or a dotted path to one, got {self.on_round!r}")
         known = surfaces()
+        if isinstance(self.routes, str) and self.routes in PRESETS:
+            preset = {path: name for path, name in PRESETS[self.routes].items() if name in known}
+            object.__setattr__(self, "routes", preset)
         if not isinstance(self.routes, Mapping):
-            raise ConfigurationError(f"routes must map a path to a wire format, got {self.routes!r}")
+            raise ConfigurationError(
+                f"routes must map a path to a wire format, or name a preset ({', '.join(PRESETS)}), got {self.routes!r}"
+            )
         for path, name in self.routes.items():
             if not isinstance(path, str) or not path.startswith("/"):
                 raise ConfigurationError(f"routes: {path!r} is not a path (it must start with '/')")
+            problem = template_error(path)
+            if problem:
+                raise ConfigurationError(f"routes: {path!r} {problem}")
             if name not in known:
                 raise ConfigurationError(
                     f"routes: {path!r} maps to unknown wire format {name!r}; known: {', '.join(known)}"
@@ -131,6 +140,10 @@ class Settings:
     def header_templates(self) -> list[tuple[bytes, str]]:
         """The operator's headers for internal calls: lowercase names, values with `{call_id}` still to fill."""
         return [(name.lower().encode(), value) for name, value in self.internal_headers.items()]
+
+    def route_table(self) -> RouteTable[Surface]:
+        """Each routed path or path template with its wire format."""
+        return RouteTable(self.surface_routes())
 
     def surface_routes(self) -> dict[str, Surface]:
         """Each routed path with its wire format."""

@@ -17,7 +17,8 @@ from .lifespan import HookLifecycle
 from .loop import AgenticLoop, LoopSetup, is_internal_field
 from .observe import Observer, RoundCallback
 from .precall import has_pre_call
-from .surfaces import Surface
+from .routes import warn_uncovered
+from .surfaces import Surface, surfaces
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -36,7 +37,7 @@ class AgenticLoopMiddleware:
         hooks: Iterable[object] | None = None,
         *,
         config: str | os.PathLike[str] | Settings | None = None,
-        routes: Mapping[str, str] | None = None,
+        routes: Mapping[str, str] | str | None = None,
         max_agentic_loops: int | None = None,
         custom_llm_provider: str | Mapping[str, str] | None = None,
         sum_usage: bool | None = None,
@@ -85,13 +86,18 @@ class AgenticLoopMiddleware:
             self.settings,
             Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies),
         )
-        self.routes = self.settings.surface_routes()
-        self.providers = {surface.name: self.settings.provider(surface) for surface in self.routes.values()}
+        table = self.settings.route_table()
+        self.routes = table.exact  # the hot path: one dict lookup
+        self.templated = table if table.templates else None
+        self.providers = {surface.name: self.settings.provider(surface) for surface in surfaces().values()}
+        warn_uncovered(app, table)
         self.stream_wishes = _stream_wishes(self.settings, self.hooks)
         self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if surface is None and self.templated is not None and scope["type"] == "http" and scope["method"] == "POST":
+            surface = self.templated.get(scope["path"])
         if surface is None:
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)

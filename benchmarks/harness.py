@@ -5,6 +5,7 @@ No HTTP client, no server: each call gets a scope, a `receive` and a `send` buil
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,7 +59,10 @@ def prepare(method: str, path: str, body: bytes = b"") -> Call:
     sent: list[Message] = []
 
     async def receive() -> Message:
-        return pending.pop() if pending else {"type": "http.disconnect"}
+        if pending:
+            return pending.pop()
+        await asyncio.get_running_loop().create_future()  # a client that stays: nothing more until the end
+        raise AssertionError("unreachable")
 
     async def send(message: Message) -> None:
         sent.append(message)
