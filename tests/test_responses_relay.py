@@ -10,12 +10,13 @@ import pytest
 from conftest import openai_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from streams import cut, sse_app
+from streams import sse_app
+from test_relays import relay_round, same_json
 
 from agentic_middleware import sse
 from agentic_middleware.observe import sum_usage
 from agentic_middleware.sse_reader import ServerSentEvent, SSEReader
-from agentic_middleware.surfaces import AppStreamError, StreamMismatch, StreamRelay, surfaces
+from agentic_middleware.surfaces import AppStreamError, StreamMismatch, surfaces
 from agentic_middleware.testing import function_call, response
 
 RESPONSES = surfaces()["responses"]
@@ -82,20 +83,6 @@ def sent_before_calls(output: list[Any]) -> list[Any]:
     while kept and kept[-1]["type"] == "reasoning":
         kept.pop()
     return kept
-
-
-def relay_round(relay: StreamRelay, stream: bytes, cuts: list[int]) -> list[bytes]:
-    relay.begin_round()
-    reader = SSEReader()
-    sent: list[bytes] = []
-    for chunk in cut(stream, cuts):
-        for event in reader.feed(chunk):
-            sent += relay.feed(event)
-    return sent
-
-
-def same_json(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value))
 
 
 async def sdk_final(stream: list[bytes]) -> Any:
