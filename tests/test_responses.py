@@ -436,7 +436,6 @@ async def test_a_stream_is_one_lifecycle_that_the_sdk_helper_rebuilds() -> None:
         kinds = [event.type async for event in stream]
         final = await stream.get_final_response()
 
-    assert "stream" not in model.requests[0].body
     assert final.output_text == long_text == json_result.output_text
     assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
     assert final.model_dump(exclude_none=True) == json_result.model_dump(exclude_none=True)
