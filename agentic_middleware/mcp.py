@@ -125,6 +125,7 @@ class MCPTools(ServerTools):
             async with asyncio.timeout(self.connect_timeout):
                 await asyncio.shield(first)
         except Exception as error:
+            first.cancel()  # a later outcome of this attempt goes unread
             reason = _reason(error)
             if self.required:
                 await self.async_shutdown()
@@ -154,6 +155,7 @@ class MCPTools(ServerTools):
         """Keep one session open: connect, serve until it drops, wait (doubling), connect again."""
         delay = FIRST_RETRY
         while not self._closing:
+            self._wake.clear()
             try:
                 async with self._open() as client:
                     await self._refresh(client)
@@ -177,7 +179,6 @@ class MCPTools(ServerTools):
             finally:
                 self._client = None
                 self._connected.clear()
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()  # a call waiting for the server cuts the wait short
@@ -215,8 +216,11 @@ class MCPTools(ServerTools):
                     listening.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await listening
-        except ListenNotSupportedError:
-            await self._dropped.wait()  # an older server: changes come as notifications (`_on_message`)
+        except (ListenNotSupportedError, MCPError) as error:
+            # An older server sends changes as notifications (`_on_message`); one that serves no change stream
+            # keeps the list it gave at the start.
+            logger.debug("MCP server %s: no change stream: %s", self.label, error)
+            await self._dropped.wait()
 
     async def _follow(self, client: Client, changes: AsyncIterator[Any]) -> None:
         try:
