@@ -4,6 +4,7 @@ streamable HTTP on 127.0.0.1 and over stdio, on both routes, judged by the offic
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ import pytest
 import uvicorn
 from asgi_lifespan import LifespanManager
 from conftest import anthropic_client, openai_client
+from mcp.server.mcpserver import MCPServer
 from mcp_server import build
 from starlette.applications import Starlette
 from support import Route
@@ -448,3 +450,18 @@ async def test_a_streaming_client_gets_the_answer_an_mcp_tool_made(mcp_http: MCP
     ):
         final = await stream.get_final_message()
     assert [block.text for block in final.content if block.type == "text"] == ["flow: a word"]
+
+
+async def test_a_server_without_a_change_stream_keeps_its_session(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, "agentic_middleware")
+    server = MCPServer("quiet", subscriptions=False)  # serves no `subscriptions/listen`
+    server.tool(name="echo", description="Echo.")(lambda text: text)
+    route = Route("chat")
+    call = route.calls(("echo", {"text": "same session"}))
+    model = ScriptedModel(default=lambda r: call if len(r.body["messages"]) == 1 else answer_with_results(route)(r))
+    async with serving(server.streamable_http_app()) as url, gateway(model, MCPTools(f"{url}/mcp")) as app:
+        assert await ask(route, app) == "same session"
+        await asyncio.sleep(0.3)
+        assert await ask(route, app) == "same session"
+    assert "no change stream" in caplog.text
+    assert "dropped" not in caplog.text and "connection failed" not in caplog.text
