@@ -69,7 +69,7 @@ def own_vocabulary(request: RecordedRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = request.body["messages"]
     for turn in messages:
         for block in turn["content"] if isinstance(turn["content"], list) else ():
-            assert block["type"] in ("text", "tool_use", "tool_result"), block
+            assert block["type"] in ("text", "thinking", "tool_use", "tool_result"), block
             assert "citations" not in block, block
     return messages
 
@@ -387,3 +387,52 @@ async def test_a_chat_client_s_web_search_options_are_served_and_citations_annot
     plain = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
     assert plain.choices[0].message.annotations is None
     assert search.options[-1] is None
+
+
+async def test_parallel_searches_after_thinking_go_back_as_one_turn_of_calls_and_one_of_results() -> None:
+    thinking = {"type": "thinking", "thinking": "Two things to look up.", "signature": "sig"}
+    both = [tool_use("web_search", {"query": "a"}), tool_use("web_search", {"query": "b"})]
+    model = ScriptedModel(message(thinking, "Searching twice.", *both), message(ANSWER))
+    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[Search([CANBERRA]).hook()]))
+    first = await client.messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": QUESTION}],
+        tools=[native_tool(max_uses=2)],  # type: ignore[list-item]
+    )
+    assert [block.type for block in first.content] == [
+        *("thinking", "text"),
+        *("server_tool_use", "web_search_tool_result", "server_tool_use", "web_search_tool_result"),
+        "text",
+    ]
+    assert first.usage.server_tool_use is not None and first.usage.server_tool_use.web_search_requests == 2
+
+    model.script += [message(tool_use("web_search", {"query": "c"})), message("Again.")]  # max_uses is per request
+    history: list[Any] = [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": "Once more?"},
+    ]
+    second = await client.messages.create(model="m", max_tokens=100, messages=history, tools=[native_tool(max_uses=2)])  # type: ignore[list-item]
+    assert second.usage.server_tool_use is not None and second.usage.server_tool_use.web_search_requests == 1
+    turns = own_vocabulary(model.requests[2])
+    shapes = [[b["type"] for b in t["content"]] if isinstance(t["content"], list) else t["content"] for t in turns]
+    assert shapes == [
+        QUESTION,
+        ["thinking", "text", "tool_use", "tool_use"],
+        ["tool_result", "tool_result"],
+        ["text"],
+        "Once more?",
+    ]
+    assert turns[1]["content"][0] == thinking
+
+
+async def test_a_chat_stream_carries_the_annotations() -> None:
+    replies = [chat_completion(tool_calls=[tool_call("web_search", {"query": "capital"})]), chat_completion(ANSWER)]
+    client = openai_client(AgenticLoopMiddleware(ScriptedModel(*replies), hooks=[Search([CANBERRA]).hook()]))
+    async with client.chat.completions.stream(
+        model="m", messages=[{"role": "user", "content": QUESTION}], web_search_options={}
+    ) as stream:
+        final = await stream.get_final_completion()
+    (annotation,) = final.choices[0].message.annotations or []
+    assert annotation.url_citation.url == CANBERRA.url and final.choices[0].message.content == ANSWER
