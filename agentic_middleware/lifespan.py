@@ -3,14 +3,19 @@
 A hook may define `async_startup()` (open connections, fetch tool lists) and `async_shutdown()`. They run after
 the wrapped app has started, so a hook may use what the app opens, and before the app shuts down. An app served
 without lifespan events (daphne sends none) starts its hooks on the first request that takes part instead.
+
+The shut-down waits (up to `DRAIN_TIMEOUT`) for the looped requests in flight to end: a server that stops past its
+grace period cancels them, and what their cancellation still does (cleanup hooks, the 503 or the stream's error
+event) must happen before the server is told the app has shut down, since some servers (uvicorn) end the process then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,6 +28,7 @@ logger = logging.getLogger("agentic_middleware")
 
 STARTUP = "async_startup"
 SHUTDOWN = "async_shutdown"
+DRAIN_TIMEOUT = 10.0  # seconds the shut-down waits at most for the looped requests in flight to end
 
 
 def _clashes(hooks: Sequence[BoundHook]) -> str | None:
@@ -38,7 +44,7 @@ def _clashes(hooks: Sequence[BoundHook]) -> str | None:
 
 
 class HookLifecycle:
-    """Starts the hooks once, stops them once; safe to ask from many requests at a time."""
+    """Starts the hooks once, stops them once the requests using them have ended; safe to ask from many requests."""
 
     def __init__(self, hooks: Sequence[BoundHook]) -> None:
         self.hooks = tuple(hooks)
@@ -47,36 +53,76 @@ class HookLifecycle:
             (hook, awaitable(method)) for hook in reversed(hooks) if (method := overridden(hook.hook, SHUTDOWN))
         ]
         self.started = not self.starting
-        self._lock: asyncio.Lock | None = None
+        self._attempt: asyncio.Future[None] | None = None
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
         clash = _clashes(self.hooks)  # tools known now; those known only once started are checked then
         if clash:
             raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
 
-    async def start(self) -> None:
-        """Run every `async_startup` in order; on a failure, stop those that started and raise."""
+    async def start(self, timeout: float | None = None) -> None:
+        """Run every `async_startup` in order, each within `timeout`; on a failure, stop those that started, raise.
+
+        One attempt at a time: whoever asks while one runs waits for it and shares its outcome, success or
+        failure; whoever asks after a failure makes a new one. A caller that gives up does not cut it short.
+        """
         if self.started:
             return
-        self._lock = self._lock or asyncio.Lock()
-        async with self._lock:
-            if self.started:
-                return
-            done: list[BoundHook] = []
-            try:
-                for hook, method in self.starting:
-                    try:
+        if self._attempt is None:
+            self._attempt = asyncio.ensure_future(self._start(timeout))
+            self._attempt.add_done_callback(_retrieved)
+        await asyncio.shield(self._attempt)
+
+    async def _start(self, timeout: float | None) -> None:
+        done: list[BoundHook] = []
+        try:
+            for hook, method in self.starting:
+                deadline = asyncio.timeout(timeout)
+                try:
+                    async with deadline:
                         await method()
-                    except Exception as error:
+                except Exception as error:
+                    if deadline.expired():
+                        done.append(hook)  # cut short: it may hold what it opened so far, so it is shut down too
                         raise ConfigurationError(
-                            f"hook {hook.name} failed to start: {type(error).__name__}: {error}"
-                        ) from error
-                    done.append(hook)
-                clash = _clashes(self.hooks)
-                if clash:
-                    raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
-            except BaseException:
-                await self._stop([(h, m) for h, m in self.stopping if h in done])
-                raise
+                            f"hook {hook.name} failed to start within hook_timeout={timeout:g} s"
+                        ) from None
+                    raise ConfigurationError(
+                        f"hook {hook.name} failed to start: {type(error).__name__}: {error}"
+                    ) from error
+                done.append(hook)
+            clash = _clashes(self.hooks)
+            if clash:
+                raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
+        except BaseException:
+            await self._stop([(h, m) for h, m in self.stopping if h in done])
+            raise
+        else:
             self.started = True
+        finally:
+            self._attempt = None
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Counts a looped request while it runs, its cancellation included, so that the shut-down waits for it."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight and self._drained is not None:
+                self._drained.set()
+
+    async def drain(self, timeout: float = DRAIN_TIMEOUT) -> None:
+        """Wait, up to `timeout`, until no looped request is in flight."""
+        if not self._in_flight:
+            return
+        self._drained = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._drained.wait()
+        except TimeoutError:
+            logger.warning("shutting down with %d looped request(s) still running after %g s", self._in_flight, timeout)
 
     async def stop(self) -> None:
         """Run every `async_shutdown`, last hook first; a failure is logged and the others still run."""
@@ -101,6 +147,7 @@ class HookLifecycle:
         answered = False
         failure: Exception | None = None
         received_startup = False
+        receive = self._draining(receive)
 
         async def app_receive() -> Message:
             nonlocal received_startup
@@ -136,6 +183,17 @@ class HookLifecycle:
         if not answered:
             await self._answer_lifespan(receive, send, received_startup)
 
+    def _draining(self, receive: Receive) -> Receive:
+        """The server's `receive`, which hands on `lifespan.shutdown` once the looped requests in flight have ended."""
+
+        async def draining() -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":
+                await self.drain()
+            return message
+
+        return draining
+
     async def _try_start(self) -> Exception | None:
         try:
             await self.start()
@@ -162,3 +220,9 @@ class HookLifecycle:
             pass
         await self.stop()
         await send({"type": "lifespan.shutdown.complete"})
+
+
+def _retrieved(attempt: asyncio.Future[None]) -> None:
+    """Mark a start-up attempt's failure as seen even when every request that waited for it gave up."""
+    if not attempt.cancelled():
+        attempt.exception()

@@ -155,14 +155,16 @@ class AgenticLoopMiddleware:
                     stream_options,
                     streaming,
                 )
-                await loop.run(raw)
+                with self.lifecycle.in_flight():  # a shut-down waits for the loop, its cancellation included
+                    await loop.run(raw)
                 return
         await self.app(scope, replay(raw, receive), send)
 
     async def _started(self, surface: Surface, send: Send) -> bool:
-        """Start the hooks on first use when no lifespan event did; a failure answers 503 and is tried again."""
+        """Start the hooks on first use when no lifespan event did, within `hook_timeout`; a failure answers 503
+        to every request that waited for that attempt, and the next request makes a new one."""
         try:
-            await self.lifecycle.start()
+            await self.lifecycle.start(self.settings.hook_timeout)
         except Exception as error:
             error_body = surface.error_body(503, f"server tools are unavailable: {error}", "hooks_unavailable")
             await send(json_start(503, len(error_body)))

@@ -18,6 +18,7 @@ from typing import Any, overload
 import orjson
 
 from .concurrency import awaitable
+from .errors import ConfigurationError
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
 from .native import MAX_USES_EXCEEDED, UNAVAILABLE, NativeOptions, NativeRequest, NativeRound, NativeRun, query_of
 from .schema import description_of, function_schema
@@ -113,6 +114,17 @@ def server_tool(
     return declare if function is None else declare(function)
 
 
+def _declared(tool: object) -> ServerTool:
+    """A tool as `ServerTools` serves it: a declaration as it is, a plain function declared with the defaults."""
+    if isinstance(tool, ServerTool):
+        return tool
+    if inspect.isroutine(tool):
+        return server_tool(tool)
+    raise ConfigurationError(
+        f"ServerTools takes functions or tools declared with @server_tool, got {type(tool).__name__}: {tool!r}"
+    )
+
+
 @dataclass
 class ServerTools(AgenticHook):
     """A hook that declares its tools to the model, runs the model's calls to them, and reruns with the results.
@@ -121,21 +133,26 @@ class ServerTools(AgenticHook):
     date): `{"web_search": "web_search"}` turns Anthropic's `{"type": "web_search_20250305", ...}`, and OpenAI
     Responses' `{"type": "web_search"}` and `{"type": "web_search_preview"}`, into our `web_search` function tool;
     the client then gets the provider's own record of each call (see native/ and docs/native-tools.md).
+    `tools` are `@server_tool` declarations or plain functions, which are declared as `@server_tool` would.
     `timeout` bounds each call unless the tool sets its own; `keep_trace` adds to the final response a
     `server_tool_calls` list of what ran.
     """
 
-    tools: Iterable[ServerTool]
+    tools: Iterable[ServerTool | Callable[..., Any]]
     native: Mapping[str, str] = field(default_factory=dict)
     timeout: float = 30.0
     keep_trace: bool = False
     agentic_loop_streaming: bool = True  # streaming clients get the loop too (see the middleware's `streaming`)
 
     def __post_init__(self) -> None:
-        self.by_name: dict[str, ServerTool] = {tool.name: tool for tool in self.tools}
+        tools = [_declared(tool) for tool in self.tools]
+        self.by_name: dict[str, ServerTool] = {tool.name: tool for tool in tools}
+        if len(self.by_name) < len(tools):
+            names = [tool.name for tool in tools]
+            raise ConfigurationError(f"two server tools are named {next(n for n in names if names.count(n) > 1)!r}")
         unknown = sorted(set(self.native.values()) - set(self.by_name))
         if unknown:
-            raise ValueError(f"native maps to tools that are not served: {unknown}")
+            raise ConfigurationError(f"native maps to tools that are not served: {unknown}")
 
     def declared_tool_names(self) -> list[str]:
         """The names this hook declares now; the middleware refuses two hooks that declare the same one."""

@@ -1,12 +1,19 @@
 """A request cancelled from outside (a server stopping cancels the requests still running) runs its cleanup
 hooks, and its response ends well-formed where it still can: an error event for a stream, a 503 otherwise.
 
-In-process with `task.cancel()`, and under uvicorn and hypercorn stopping with a grace period shorter than the loop.
+In-process with `task.cancel()`, under uvicorn and hypercorn stopping with a grace period shorter than the loop, and
+under the uvicorn CLI stopped by SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -109,3 +116,57 @@ async def test_a_server_stopping_past_its_grace_period_leaves_the_loop_cleaned_u
     else:
         assert response.status_code == 503
         assert "cancelled" in route.error(response.json())[1]
+
+
+async def _until(found: Callable[[], Any], process: asyncio.subprocess.Process, what: str, within: float) -> Any:
+    """Polls `found` until it gives something, failing if the server ended or `within` seconds passed first."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not (result := found()):
+        assert process.returncode is None, f"uvicorn ended before {what}"
+        assert asyncio.get_running_loop().time() < deadline, f"no {what} within {within:g} s"
+        await asyncio.sleep(0.05)
+    return result
+
+
+@pytest.mark.parametrize("gateway", ["async_cleanup", "sync_cleanup", "blocking_tool"])
+async def test_uvicorn_stopped_by_sigterm_past_its_grace_period_answers_and_cleans_up(
+    gateway: str, tmp_path: Path
+) -> None:
+    """`uvicorn app --timeout-graceful-shutdown 1` and SIGTERM, as an operator runs it: uvicorn cancels the requests
+    still running, shuts the app down and ends the process at once; the middleware holds the shut-down until the
+    cancelled loops have run their cleanup hooks and sent their 503 and error event."""
+    record, log = tmp_path / "record", tmp_path / "uvicorn.log"
+    record.touch()
+    command = [sys.executable, "-m", "uvicorn", f"shutdown_app:{gateway}", "--app-dir", str(Path(__file__).parent)]
+    with log.open("w") as stderr:
+        server = await asyncio.create_subprocess_exec(
+            *command,
+            *("--host", "127.0.0.1", "--port", "0", "--timeout-graceful-shutdown", "1", "--log-level", "info"),
+            env={**os.environ, "SHUTDOWN_RECORD": str(record)},
+            stderr=stderr,
+        )
+    try:
+        running = await _until(
+            lambda: re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text()), server, "start", 60
+        )
+        route = Route("messages")
+        url = f"http://127.0.0.1:{running.group(1)}{route.path}"
+        async with httpx.AsyncClient(timeout=60) as client:
+            asked = [asyncio.create_task(client.post(url, json=route.request(stream=s))) for s in (False, True)]
+            await _until(lambda: record.read_text().count("waiting") == 2, server, "two loops waiting", 30)
+            server.send_signal(signal.SIGTERM)
+            plain, streamed = await asyncio.wait_for(asyncio.gather(*asked), 30)
+        code = await asyncio.wait_for(server.wait(), 30)
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+
+    assert code == -signal.SIGTERM  # uvicorn ends the process by the signal it was stopped with
+    assert plain.status_code == 503
+    assert "cancelled" in route.error(plain.json())[1]
+    assert streamed.status_code == 200
+    name, data = streamed.text.rstrip("\n").rsplit("\n\n", 1)[-1].split("\n")
+    assert name == "event: error" and "cancelled" in orjson.loads(data.removeprefix("data: "))["error"]["message"]
+    if gateway != "blocking_tool":  # ServerTools has no cleanup hook
+        assert record.read_text().splitlines().count("cleanup done") == 2

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
 from conftest import anthropic_client, http_client, openai_client
 from support import Route, post
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, message, tool_use
 
 
@@ -211,8 +212,36 @@ async def test_the_final_response_holds_no_trace_unless_asked(route: Route) -> N
 
 
 def test_native_must_map_to_a_served_tool() -> None:
-    with pytest.raises(ValueError, match="not served"):
+    with pytest.raises(ConfigurationError, match="not served"):
         ServerTools([define], native={"web_search": "search"})
+
+
+async def test_a_plain_function_is_served_as_server_tool_would_declare_it(route: Route) -> None:
+    def lookup(word: str) -> str:
+        """Look a word up."""
+        return f"{word}: a word"
+
+    tools = ServerTools([lookup, define])
+    assert tools.by_name["lookup"] == server_tool(lookup)
+
+    model = ScriptedModel(route.calls(("lookup", {"word": "flow"}, "id_1")), route.text("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[tools])) as client:
+        response = await post(client, route, route.request())
+
+    assert route.final_text(response.json()) == "done"
+    assert "flow: a word" in json.dumps(model.requests[1].body["messages"][-1])
+
+
+@pytest.mark.parametrize(
+    ("tools", "error"),
+    [
+        (["lookup"], "ServerTools takes functions or tools declared with @server_tool, got str"),
+        ([define, define], "two server tools are named 'define'"),
+    ],
+)
+def test_what_is_not_a_tool_is_refused_when_the_hook_is_built(tools: list[Any], error: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(error)):
+        ServerTools(tools)
 
 
 async def test_a_tool_may_keep_per_request_state_in_logging_obj(route: Route) -> None:
