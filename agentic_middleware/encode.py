@@ -2,22 +2,244 @@
 
 Between rounds a conversation only grows: the next body is the previous one with a few messages added. The
 encoder writes `messages` last and keeps the bytes of the messages it wrote; when the next body starts with the
-very same message objects, only the new ones are serialized, and the rest of the body is written anew each time.
+very same message objects, and none of them was written to since, only the new ones are serialized. The rest of
+the body is written anew each time.
+
+To know about writes, the messages the encoder has sent become watched containers (`dict` and `list` subclasses,
+so hooks read and change them as before), their children wrapped the same way when first read (a shallow copy each,
+so only what hooks touch costs anything): any write into them, at any depth, marks the history as changed, and the
+next body is then written whole, so an in-place edit of history already sent (a compression hook stubbing an old
+tool result) reaches the app.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsIndex
 
-from .payload import dumps
+from .payload import JSONObject, dumps
+
+
+class Stamp:
+    """Set when anything the encoder has sent is written to."""
+
+    __slots__ = ("written",)
+
+    def __init__(self) -> None:
+        self.written = False
+
+
+def _mark(container: Any) -> None:
+    stamp = object.__getattribute__(container, "_stamp")
+    if stamp is not None:
+        stamp.written = True
+
+
+def _wrapped(value: Any, stamp: Stamp) -> Any:
+    """A JSON object or array as a watched one with `stamp` (a shallow copy: its children are wrapped when read)."""
+    kind = type(value)
+    if kind in _WATCHED and object.__getattribute__(value, "_stamp") is stamp:
+        return value
+    if kind is dict or kind is WatchedDict:
+        container: Any = WatchedDict(value)
+    elif isinstance(value, JSONObject):
+        container = WatchedObject(value)
+    elif isinstance(value, list):
+        container = WatchedList(value)
+    else:
+        return value
+    object.__setattr__(container, "_stamp", stamp)
+    return container
+
+
+def _is_open(value: Any, stamp: Stamp) -> bool:
+    """Whether a child still has to be wrapped before anyone may write to it."""
+    kind = type(value)
+    if kind in _WATCHED:
+        return object.__getattribute__(value, "_stamp") is not stamp
+    return kind is dict or kind is list or kind is JSONObject
+
+
+class _DictWrites(dict[str, Any]):
+    """A watched mapping: its writes mark the stamp, and its children are wrapped before they are handed out
+    (by item, `get`, `items`, `values`, a copy or a merge such as `{**message}`), so writes into them are seen too."""
+
+    __slots__ = ()
+
+    def _child(self, key: Any, value: Any) -> Any:
+        stamp = object.__getattribute__(self, "_stamp")
+        if _is_open(value, stamp):
+            value = _wrapped(value, stamp)
+            dict.__setitem__(self, key, value)
+        return value
+
+    def _all_children(self) -> None:
+        for key, value in list(dict.items(self)):
+            self._child(key, value)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._child(key, dict.__getitem__(self, key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __iter__(self) -> Any:  # not dict's own: a merge then reads each value through `__getitem__`
+        return dict.__iter__(self)
+
+    def items(self) -> Any:
+        self._all_children()
+        return dict.items(self)
+
+    def values(self) -> Any:
+        self._all_children()
+        return dict.values(self)
+
+    def copy(self) -> Any:
+        self._all_children()
+        return dict.copy(self)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _mark(self)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        _mark(self)
+        dict.__delitem__(self, key)
+
+    def clear(self) -> None:
+        _mark(self)
+        dict.clear(self)
+
+    def pop(self, *arguments: Any) -> Any:
+        _mark(self)
+        return dict.pop(self, *arguments)
+
+    def popitem(self) -> Any:
+        _mark(self)
+        return dict.popitem(self)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            _mark(self)
+            dict.__setitem__(self, key, default)
+        return self[key]
+
+    def update(self, *arguments: Any, **items: Any) -> None:
+        _mark(self)
+        dict.update(self, *arguments, **items)
+
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]
+        _mark(self)
+        dict.update(self, other)
+        return self
+
+
+class WatchedDict(_DictWrites):
+    """A sent JSON object (a plain dict before)."""
+
+    __slots__ = ("_stamp",)
+
+
+class WatchedObject(_DictWrites, JSONObject):
+    """A sent JSON object that answers attribute access (a `JSONObject` before, as response parts are)."""
+
+    __slots__ = ("_stamp",)
+
+
+class WatchedList(list[Any]):
+    """A sent JSON array: its writes mark the stamp, its items are wrapped before they are handed out."""
+
+    __slots__ = ("_stamp",)
+
+    def _all_items(self) -> None:
+        stamp = object.__getattribute__(self, "_stamp")
+        for index, value in enumerate(list.__iter__(self)):
+            if _is_open(value, stamp):
+                list.__setitem__(self, index, _wrapped(value, stamp))
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            self._all_items()
+            return list.__getitem__(self, index)
+        value = list.__getitem__(self, index)
+        stamp = object.__getattribute__(self, "_stamp")
+        if _is_open(value, stamp):
+            value = _wrapped(value, stamp)
+            list.__setitem__(self, index, value)
+        return value
+
+    def __iter__(self) -> Any:
+        self._all_items()
+        return list.__iter__(self)
+
+    def __reversed__(self) -> Any:
+        self._all_items()
+        return list.__reversed__(self)
+
+    def copy(self) -> Any:
+        self._all_items()
+        return list.copy(self)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        _mark(self)
+        list.__setitem__(self, index, value)
+
+    def __delitem__(self, index: Any) -> None:
+        _mark(self)
+        list.__delitem__(self, index)
+
+    def append(self, value: Any) -> None:
+        _mark(self)
+        list.append(self, value)
+
+    def extend(self, values: Any) -> None:
+        _mark(self)
+        list.extend(self, values)
+
+    def insert(self, index: SupportsIndex, value: Any) -> None:
+        _mark(self)
+        list.insert(self, index, value)
+
+    def pop(self, index: SupportsIndex = -1) -> Any:
+        _mark(self)
+        return list.pop(self, index)
+
+    def remove(self, value: Any) -> None:
+        _mark(self)
+        list.remove(self, value)
+
+    def clear(self) -> None:
+        _mark(self)
+        list.clear(self)
+
+    def sort(self, *arguments: Any, **options: Any) -> None:
+        _mark(self)
+        list.sort(self, *arguments, **options)
+
+    def reverse(self) -> None:
+        _mark(self)
+        list.reverse(self)
+
+    def __iadd__(self, values: Any) -> Any:  # type: ignore[misc]
+        _mark(self)
+        list.extend(self, values)
+        return self
+
+    def __imul__(self, times: Any) -> Any:  # type: ignore[misc]
+        _mark(self)
+        return list.__imul__(self, times)
+
+
+_WATCHED = (WatchedDict, WatchedObject, WatchedList)
 
 
 class BodyEncoder:
     """Serializes one client request's successive rerun bodies.
 
-    Message objects already sent are taken as unchanged: a hook that changes an earlier message must put a new
-    object in its place (as `messages + [...]` or a list comprehension does), not edit the old one in place.
-    Every other field is serialized each time, so it may be changed any way.
+    Message objects already sent are reused as bytes while they are the same objects and unwritten; every other
+    field is serialized each time, so it may be changed any way.
     """
 
     def __init__(self, field: str = "messages") -> None:
@@ -25,9 +247,10 @@ class BodyEncoder:
         self.opening = f',"{field}":['.encode()
         self.sent: list[Any] = []  # the message objects already written, as they stood then
         self.items = memoryview(b"")  # their bytes, comma-separated, inside the last body written
+        self.stamp = Stamp()
 
     def encode(self, body: dict[str, Any]) -> bytes:
-        """The bytes of `body`, with its messages last."""
+        """The bytes of `body`, with its messages last; its messages become watched."""
         messages = body.get(self.field)
         if not isinstance(messages, list):
             self.sent, self.items = [], memoryview(b"")
@@ -35,8 +258,13 @@ class BodyEncoder:
         head = dumps({key: value for key, value in body.items() if key != self.field})
         sent = self.sent
         parts: list[bytes | memoryview]
-        if sent and len(messages) >= len(sent) and messages[: len(sent)] == sent:
-            # The same objects (list equality checks identity first): write only the new ones.
+        reuse = (
+            bool(sent)
+            and not self.stamp.written
+            and len(messages) >= len(sent)
+            and messages[: len(sent)] == sent  # the same objects (list equality checks identity first)
+        )
+        if reuse:
             tail = messages[len(sent) :]
             parts = [self.items, b",", memoryview(dumps(tail))[1:-1]] if tail else [self.items]
         else:
@@ -44,5 +272,8 @@ class BodyEncoder:
         opening = self.opening[1:] if head == b"{}" else self.opening
         raw = b"".join((memoryview(head)[:-1], opening, *parts, b"]}"))
         start = len(head) - 1 + len(opening)
+        self.stamp.written = False
+        for index in range(len(sent) if reuse else 0, len(messages)):
+            list.__setitem__(messages, index, _wrapped(messages[index], self.stamp))
         self.sent, self.items = list(messages), memoryview(raw)[start:-2]
         return raw

@@ -358,3 +358,49 @@ def test_no_warning_when_litellm_runs_other_callbacks(
     monkeypatch.setitem(sys.modules, "litellm", litellm)
     AgenticLoopMiddleware(ScriptedModel(), hooks=[ToolHook()])
     assert "litellm.callbacks" not in caplog.text
+
+
+# 9. In-place edits of history already sent reach the app
+
+
+class Stubbing(ToolHook):
+    """From its second plan on, stubs every earlier tool result in place, as LiteLLM's compression hooks edit."""
+
+    def stub(self, messages: list[Any]) -> None:
+        for turn in messages:
+            if turn["role"] == "tool":
+                turn["content"] = "[stubbed]"
+            elif isinstance(turn["content"], list):
+                for block in turn["content"]:
+                    if block.get("type") == "tool_result":
+                        block["content"] = "[stubbed]"
+
+    async def async_build_agentic_loop_plan(self, tools: dict[str, Any], **arguments: Any) -> Any:
+        if self.plans:
+            self.stub(arguments["messages"])
+        return await super().async_build_agentic_loop_plan(tools, **arguments)
+
+    async def async_build_chat_completion_agentic_loop_plan(self, tools: dict[str, Any], **arguments: Any) -> Any:
+        if self.plans:
+            self.stub(arguments["messages"])
+        return await super().async_build_chat_completion_agentic_loop_plan(tools, **arguments)
+
+
+async def test_an_in_place_edit_of_history_already_sent_reaches_the_app(route: Route) -> None:
+    model = ScriptedModel(
+        route.calls(("lookup", {"n": 1})),
+        route.calls(("lookup", {"n": 2})),
+        route.calls(("lookup", {"n": 3})),
+        route.text("done"),
+    )
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Stubbing()])) as client:
+        await post(client, route, route.request())
+
+    assert len(model.requests) == 4
+    first_result = 'lookup result for {"n": 1}'
+    assert first_result in model.requests[1].body["messages"].__repr__()
+    for request in model.requests[2:]:  # the stub, from the rerun after it was made; bytes exact each time
+        history = request.body["messages"]
+        assert first_result not in repr(history) and "[stubbed]" in repr(history)
+        assert orjson.loads(request.raw) == request.body
+    assert 'lookup result for {"n": 3}' in repr(model.requests[3].body["messages"])  # the newest, not yet stubbed
