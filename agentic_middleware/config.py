@@ -67,17 +67,18 @@ class Settings:
     hook_timeout: float | None = None
     loop_timeout: float | None = None
     error_details: bool = True
-    streaming: bool | None = None
+    streaming: bool | str | None = None
     stream_keepalive: float = 5.0
     closing: str = "call"
     closing_text: str = DEFAULT_CLOSING_TEXT
     internal_headers: Mapping[str, str] = field(default_factory=dict)
+    gates_see_stream: bool = True
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
         loop_limit(self.max_body_bytes, "max_body_bytes", least=1)
-        if self.streaming is not None and not isinstance(self.streaming, bool):
-            raise ConfigurationError(f"streaming must be true, false or null, got {self.streaming!r}")
+        if self.streaming is not None and not isinstance(self.streaming, bool) and self.streaming != "buffered":
+            raise ConfigurationError(f'streaming must be true, false, "buffered" or null, got {self.streaming!r}')
         for name in ("app_timeout", "hook_timeout", "loop_timeout", "stream_keepalive"):
             value = getattr(self, name)
             if (value is not None or name == "stream_keepalive") and (
@@ -88,7 +89,7 @@ class Settings:
             raise ConfigurationError(
                 f"stream_keepalive must be at least {MIN_KEEPALIVE:g} s, got {self.stream_keepalive!r}"
             )
-        for name in ("sum_usage", "log_bodies", "tracing", "error_details"):
+        for name in ("sum_usage", "log_bodies", "tracing", "error_details", "gates_see_stream"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.internal_headers, Mapping) or not all(
@@ -325,7 +326,7 @@ _NUMBERS: dict[str, Callable[[str], Any]] = {
     "loop_timeout": float,
     "stream_keepalive": float,
 }
-_FLAGS = ("sum_usage", "log_bodies", "tracing", "error_details", "streaming")
+_FLAGS = ("sum_usage", "log_bodies", "tracing", "error_details", "streaming", "gates_see_stream")
 
 
 def _mapping(value: object, where: str, file: Path) -> dict[str, Any]:

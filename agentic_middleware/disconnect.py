@@ -25,6 +25,7 @@ class ClientWatch:
         self.disconnected: asyncio.Event | None = None
         self.guarded = False
         self.cancelled = False
+        self.task: asyncio.Task[Any] | None = None  # the loop's
 
     @property
     def gone(self) -> bool:
@@ -33,7 +34,8 @@ class ClientWatch:
     def start(self) -> None:
         if self.watcher is None:
             self.disconnected = asyncio.Event()
-            self.watcher = asyncio.ensure_future(self.watch(asyncio.current_task()))
+            self.task = asyncio.current_task()
+            self.watcher = asyncio.ensure_future(self.watch(self.task))
 
     def stop(self) -> None:
         if self.watcher is not None:
@@ -42,8 +44,16 @@ class ClientWatch:
     async def watch(self, task: asyncio.Task[Any] | None) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
-        assert self.disconnected is not None
+        self.left(task)
+
+    def left(self, task: asyncio.Task[Any] | None = None) -> None:
+        """The client is gone (its disconnect came, or a write to it failed): stop the loop as a disconnect does."""
+        if self.disconnected is None:
+            self.disconnected = asyncio.Event()
+        if self.disconnected.is_set():
+            return
         self.disconnected.set()
+        task = task or self.task
         if self.guarded and task is not None:
             self.cancelled = True
             task.cancel()

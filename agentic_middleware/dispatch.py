@@ -73,6 +73,7 @@ class Dispatcher:
         self.on_forward: Callable[[], object] | None = None  # told when an answer starts going to the client
         self.timer: asyncio.Timeout | None = None
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
+        self.capture: Callable[..., ResponseCapture] = ResponseCapture  # how each answer is read (`LiveStream`'s live)
 
     def set_headers(self, headers: Headers) -> None:
         """Headers the operator puts on every call; the client's own of the same names are dropped."""
@@ -93,7 +94,7 @@ class Dispatcher:
         An answer kept though not readable (while streaming) has no `data`, which ends the loop.
         """
         scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
-        capture = ResponseCapture(self.send, forward_headers, self.limit, self.forwarding, forward=self.forward)
+        capture = self.capture(self.send, forward_headers, self.limit, self.forwarding, forward=self.forward)
         self.timer = None
         try:
             if self.timeout is None:

@@ -27,6 +27,7 @@ from .dispatch import Answer, Dispatcher, Reply
 from .encode import BodyEncoder
 from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
 from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
+from .live import LiveStream
 from .observe import (
     ENDED_BY_HEADER,
     RERUNS_HEADER,
@@ -40,7 +41,7 @@ from .observe import (
 from .payload import JSONObject, parse_object, wrap
 from .precall import has_pre_call, model_call_details, run_pre_call
 from .stream import EventStream
-from .surfaces import Surface, claims_of
+from .surfaces import StreamRelay, Surface, claims_of
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -107,6 +108,7 @@ class AgenticLoop:
         body: dict[str, Any],
         stream_options: Any = None,
         streaming: bool = False,
+        relay: StreamRelay | None = None,
     ) -> None:
         settings = setup.settings
         self.hooks = setup.hooks
@@ -147,8 +149,13 @@ class AgenticLoop:
                 ]
             )
         self.streaming = streaming
-        self.events: EventStream | None = None
-        if streaming:
+        self.events: EventStream | LiveStream | None = None
+        if relay is not None:  # live: each round streams to the client as the app makes it
+            self.events = LiveStream(
+                self.write, surface, relay, stream_options, settings.stream_keepalive, self.ends_overridden
+            )
+            self.dispatch.capture = self.events.capture
+        elif streaming:  # buffered: the app is called without streaming, the stream is written from the answer
             self.dispatch.forward = False
             self.events = EventStream(self.write, surface, stream_options, settings.stream_keepalive)
 
@@ -368,6 +375,10 @@ class AgenticLoop:
             logging_obj=self.logging_obj,
             call=self.call_hook,
         )
+        if self.streaming and not result.stream:  # turned into a non-stream: the app answers whole (buffered)
+            result.body = {
+                name: value for name, value in result.body.items() if name not in ("stream", "stream_options")
+            }
         self.streaming = result.stream  # what gates see; a client's stream is still answered as one
         self.patch_kwargs.update(result.carried)
         if "max_agentic_loops" in result.carried:
@@ -448,7 +459,7 @@ class AgenticLoop:
                 model=self.body.get("model"),
                 messages=self.surface.messages(self.body),
                 tools=self.body.get("tools"),
-                stream=self.streaming,
+                stream=self.streaming and self.settings.gates_see_stream,
                 custom_llm_provider=self.provider,
                 kwargs=kwargs,
             )
@@ -626,6 +637,10 @@ class AgenticLoop:
             await self.call_hook(step.hook, CLEANUP_HOOK, plan=step.plan, kwargs=step.kwargs)
         except HookError as error:
             self.logging_obj.logger.error("%s", error, exc_info=error.__cause__)
+
+    def ends_overridden(self) -> bool:
+        """Whether the final answer is a plan's `response_override` (a live stream sends it after what went out)."""
+        return self.stop_reason == "override"
 
     def finish(self, reason: str, hook: BoundHook, plan_stop_reason: str | None = None) -> None:
         """Record why the loop ends; the observer reports it with the last round."""

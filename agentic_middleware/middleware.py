@@ -49,11 +49,12 @@ class AgenticLoopMiddleware:
         hook_timeout: float | None = None,
         loop_timeout: float | None = None,
         error_details: bool | None = None,
-        streaming: bool | None = None,
+        streaming: bool | str | None = None,
         stream_keepalive: float | None = None,
         closing: str | None = None,
         closing_text: str | None = None,
         internal_headers: Mapping[str, str] | None = None,
+        gates_see_stream: bool | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -77,6 +78,7 @@ class AgenticLoopMiddleware:
             closing=closing,
             closing_text=closing_text,
             internal_headers=internal_headers,
+            gates_see_stream=gates_see_stream,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)
@@ -91,7 +93,7 @@ class AgenticLoopMiddleware:
         self.templated = table if table.templates else None
         self.providers = {surface.name: self.settings.provider(surface) for surface in surfaces().values()}
         warn_uncovered(app, table)
-        self.stream_wishes = _stream_wishes(self.settings, self.hooks)
+        self.stream_wishes = _stream_wishes(self.hooks)
         self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -123,8 +125,9 @@ class AgenticLoopMiddleware:
             if changed:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
             streaming = body.get("stream") is True
-            takes_part = bool(self.hooks) and (not streaming or any(wish(body) for wish in self.stream_wishes))
-            stream_options = None
+            mode = self.stream_mode(body) if streaming and self.hooks else None
+            takes_part = bool(self.hooks) and (not streaming or mode is not None)
+            stream_options = relay = None
             if takes_part:
                 problem = _wrong_type(body)
                 if problem:
@@ -132,10 +135,17 @@ class AgenticLoopMiddleware:
                     await send(json_start(400, len(error)))
                     await send({"type": "http.response.body", "body": error})
                     return
-                if streaming:  # the app is called without streaming; the stream is written from the answer
-                    del body["stream"]
-                    stream_options = body.pop("stream_options", None)
-                    changed = True
+                if streaming:
+                    stream_options = body.get("stream_options")
+                    relay = surface.relay(stream_options) if mode == "live" else None
+                    if relay is None:  # buffered: the app is called without streaming; the stream is written after
+                        del body["stream"]
+                        body.pop("stream_options", None)
+                        changed = True
+                    else:  # live: the app streams every round, asked for what the relay needs
+                        live_body = surface.streaming_request(body)
+                        changed = changed or live_body is not body
+                        body = live_body
             if changed:
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
@@ -154,6 +164,7 @@ class AgenticLoopMiddleware:
                     body,
                     stream_options,
                     streaming,
+                    relay,
                 )
                 with self.lifecycle.in_flight():  # a shut-down waits for the loop, its cancellation included
                     await loop.run(raw)
@@ -172,22 +183,36 @@ class AgenticLoopMiddleware:
             return False
         return True
 
+    def stream_mode(self, request: dict[str, Any]) -> str | None:
+        """How a streaming request takes part: "live", "buffered", or None when it passes through untouched.
 
-def _stream_wishes(settings: Settings, hooks: Iterable[BoundHook]) -> list[Callable[[dict[str, Any]], Any]]:
-    """Which streaming requests take part: all, none, or those a hook asks for (`agentic_loop_streaming`).
+        The one place that decides. `streaming` on the middleware: False, none take part; True, all do;
+        "buffered", all do, buffered. Otherwise a request takes part when a hook's `agentic_loop_streaming`
+        (a value, or a function of the request) asks for it, and any hook asking for "buffered" makes it
+        buffered. Live is the default; a route whose format has no relay streams buffered (see `Surface.relay`).
+        """
+        setting = self.settings.streaming
+        if setting is False:
+            return None
+        wishes = [wish(request) for wish in self.stream_wishes]
+        if setting == "buffered" or any(isinstance(wish, str) and wish == "buffered" for wish in wishes):
+            return "buffered"
+        return "live" if setting is True or any(wishes) else None
+
+
+def _stream_wishes(hooks: Iterable[BoundHook]) -> list[Callable[[dict[str, Any]], Any]]:
+    """What each hook's `agentic_loop_streaming` says of a streaming request: true, "buffered", or false.
 
     A LiteLLM hook with pre-call methods asks for all unless it says otherwise: only they can tell whether
     they turn the stream into a non-stream, as LiteLLM's web search hook does.
     """
-    if settings.streaming is not None:
-        return [lambda request: True] if settings.streaming else []
     wishes = []
     for hook in hooks:
         wish = getattr(hook.hook, "agentic_loop_streaming", None)
         if callable(wish):
             wishes.append(wish)
-        elif wish is True or (wish is None and has_pre_call(hook)):
-            wishes.append(lambda request: True)
+        elif wish or (wish is None and has_pre_call(hook)):
+            wishes.append(lambda request, wish=wish or True: wish)
     return wishes
 
 

@@ -22,7 +22,7 @@ from .surfaces import Surface
 
 logger = logging.getLogger("agentic_middleware")
 
-_HEADERS = [
+SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # nginx and its kin: pass events on as they come
@@ -46,7 +46,7 @@ class EventStream:
 
     async def open(self) -> None:
         self.opened = True
-        await self.write({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+        await self.write({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         self.pinger = asyncio.ensure_future(self.keep_alive())
 
     async def keep_alive(self) -> None:
@@ -97,11 +97,11 @@ class EventStream:
             body = None
         if 200 <= status < 300 and isinstance(body, dict):
             return self.surface.stream_events(body, self.stream_options)
-        message, code = _error_of(body, reply.body, status)
+        message, code = error_of(body, reply.body, status)
         return iter((self.surface.error_event(status if status >= 400 else 502, message, code),))
 
 
-def _error_of(body: Any, raw: bytes, status: int) -> tuple[str, str]:
+def error_of(body: Any, raw: bytes, status: int) -> tuple[str, str]:
     """The message and code of an error answer in either route's shape, else its text."""
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):

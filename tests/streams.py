@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import anthropic
 from conftest import anthropic_client, openai_client
+from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 USER: Any = [{"role": "user", "content": "hi"}]
@@ -56,3 +59,45 @@ def sdk_dump(message: Any) -> dict[str, Any]:
         for call in choice["message"].get("tool_calls") or []:
             call["function"].pop("parsed_arguments", None)
     return data
+
+
+class LockStep:
+    """Paces a model app's stream by what its client has seen, so that tests judge streaming without timings.
+
+    Before each marked event after the first, the app waits until the client reports (`saw`) the previous
+    one, for at most `patience` seconds: `in_step` is True only if every wait ended because the client had
+    it, which a buffered stream cannot do. Emission and arrival times are kept for reports.
+    """
+
+    def __init__(self, marker: bytes, patience: float = 5.0) -> None:
+        self.marker = marker
+        self.patience = patience
+        self.seen = asyncio.Event()
+        self.waits: list[bool] = []
+        self.emitted: list[float] = []
+        self.arrived: list[float] = []
+
+    async def events(self, events: Iterable[bytes]) -> AsyncIterator[bytes]:
+        for event in events:
+            if self.marker in event:
+                if self.emitted:
+                    try:
+                        await asyncio.wait_for(self.seen.wait(), self.patience)
+                        self.waits.append(True)
+                    except TimeoutError:
+                        self.waits.append(False)
+                    self.seen.clear()
+                self.emitted.append(time.perf_counter())
+            yield event
+
+    def saw(self) -> None:
+        self.arrived.append(time.perf_counter())
+        self.seen.set()
+
+    @property
+    def in_step(self) -> bool:
+        return bool(self.waits) and all(self.waits)
+
+
+def event_stream(events: AsyncIterator[bytes] | Iterable[bytes], status: int = 200) -> StreamingResponse:
+    return StreamingResponse(events, status_code=status, media_type="text/event-stream")

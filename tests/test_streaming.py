@@ -61,8 +61,8 @@ async def test_the_anthropic_sdk_rebuilds_from_the_stream_the_message_the_json_p
     assert [block.type for block in final.content] == ["thinking", "text", "tool_use"]
     assert final.stop_reason == "tool_use"
     assert final.usage.input_tokens == 60 and final.usage.output_tokens == 14  # summed over both calls
-    for sent in streamed_model.requests:
-        assert "stream" not in sent.body and "stream_options" not in sent.body
+    for sent in streamed_model.requests:  # asked to stream (live), it answered JSON: the stream is written after
+        assert sent.body["stream"] is True
 
 
 async def test_the_openai_sdk_rebuilds_from_the_chunks_the_completion_the_json_path_returns() -> None:
@@ -99,7 +99,7 @@ async def test_the_openai_sdk_rebuilds_from_the_chunks_the_completion_the_json_p
     ]
     assert finish == [expected.finish_reason] == ["tool_calls"]
     assert usage == [plain.usage]
-    assert "stream" not in model.requests[0].body and "stream_options" not in model.requests[0].body
+    assert model.requests[0].body["stream_options"] == {"include_usage": True}  # live: the app is asked for usage
 
 
 def raw_exchange(app: Any, route: Route, body: dict[str, Any]) -> tuple[asyncio.Queue[Any], Any]:
@@ -239,14 +239,14 @@ async def test_an_answer_the_stream_cannot_carry_ends_the_stream_with_an_error_e
     assert b"could not be streamed" in b"".join(m.get("body", b"") for m in messages)
 
 
-async def test_an_app_that_streams_anyway_reaches_the_client_as_it_streamed() -> None:
+async def test_buffered_an_app_that_streams_anyway_reaches_the_client_as_it_streamed() -> None:
     route = Route("messages")
     events = (
         b'event: message_start\ndata: {"type":"message_start"}\n\n'
         b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
     )
     model = ScriptedModel(lambda request: StreamingResponse(iter([events]), media_type="text/event-stream"))
-    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming="buffered")
     sent, task = raw_exchange(app, route, route.request(stream=True))
     await asyncio.wait_for(task, 5)
     body = b"".join(m.get("body", b"") for m in [sent.get_nowait() for _ in range(sent.qsize())])

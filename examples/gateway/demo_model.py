@@ -16,6 +16,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from agentic_middleware import sse
 from agentic_middleware.sse import responses_events
 from agentic_middleware.testing import chat_completion, function_call, message, response, tool_call, tool_use
 
@@ -50,18 +51,25 @@ class DemoModel:
         self.calls += 1
         model = str(body.get("model") or "demo")
         stream = body.get("stream") is True
-        # A stream does not go through the agentic loop, so the model calls no server tool in one.
-        step = decide(_read(body, route), declared=set() if stream else _declared(body))
-        if stream:
-            return _stream(route, model, step[1] if step[0] == "say" else "")
+        step = decide(_read(body, route), declared=_declared(body))
+        if stream and step[0] == "say":
+            return _stream(route, model, step[1])
         if route == "responses":
-            return JSONResponse(response(step[1] if step[0] == "say" else function_call(step[1], step[2]), model=model))
+            answer = response(step[1] if step[0] == "say" else function_call(step[1], step[2]), model=model)
+            if stream:
+                return StreamingResponse(iter(list(responses_events(answer))), media_type="text/event-stream")
+            return JSONResponse(answer)
         if step[0] == "say":
             answer = message(step[1], model=model) if route == "messages" else chat_completion(step[1], model=model)
         elif route == "messages":
             answer = message(tool_use(step[1], step[2]), model=model)
         else:
             answer = chat_completion(tool_calls=[tool_call(step[1], step[2])], model=model)
+        if stream:  # a tool call, streamed (the middleware streams every round live)
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            events = sse.messages_events(answer) if route == "messages" else sse.chat_chunks(answer, usage)
+            return StreamingResponse(iter(list(events)), media_type="text/event-stream")
         return JSONResponse(answer)
 
 

@@ -1,0 +1,251 @@
+"""Live streaming: every round's events reach a streaming client as the model app makes them.
+
+The app is called with streaming on. Each round's answer is read as it arrives (`SSEReader`) and given
+to the route's `StreamRelay`, which says what goes to the client now and what is held until the round
+ends; the round's accumulated body is the `Answer` the hooks judge, exactly as in buffered mode, so the
+loop does not know the difference. The client's response begins only when the first round's answer is
+known to be a 2xx event stream: an error answer of the first call reaches the client as the app sent it.
+Keep-alives go out whenever the client has heard nothing for `interval` seconds: while hooks and tools
+run between rounds, and while the app is silent mid-round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.types import Message, Send
+
+from .asgi import Headers, ResponseCapture, json_start, media_type
+from .disconnect import ClientWriter
+from .dispatch import Reply
+from .sse_reader import SSEReader
+from .stream import SSE_HEADERS, error_of
+from .surfaces import AppStreamError, StreamMismatch, StreamRelay, Surface
+
+logger = logging.getLogger("agentic_middleware")
+
+# Headers of the app's stream that do not describe ours.
+_NOT_FORWARDED = frozenset((b"content-length", b"transfer-encoding", b"content-type", b"cache-control"))
+_FAILED_START: Message = {
+    "type": "http.response.start",
+    "status": 502,
+    "headers": [(b"content-type", b"application/json")],
+}
+
+
+def is_event_stream(start: Message) -> bool:
+    """A 2xx, unencoded `text/event-stream` answer: the kind a live round reads as it comes."""
+    if not 200 <= start["status"] < 300:
+        return False
+    kind, encoded = media_type(start.get("headers", ()))
+    return kind == b"text/event-stream" and not encoded
+
+
+class LiveStream:
+    """One streaming client's response in live mode, across every round of its loop.
+
+    The loop uses it as it uses the buffered `EventStream` (`open`, `stop_keep_alive`, `close`, `abort`),
+    and the dispatcher reads each round through `capture`. Every write goes through the client's
+    `ClientWriter`; the first sign that the client left also cancels the loop, and with it the app's stream.
+    """
+
+    def __init__(
+        self,
+        write: ClientWriter,
+        surface: Surface,
+        relay: StreamRelay,
+        stream_options: Any,
+        interval: float,
+        overridden: Callable[[], bool],
+    ) -> None:
+        self.write = write
+        self.surface = surface
+        self.relay = relay
+        self.stream_options = stream_options  # the client's
+        self.interval = interval
+        self.overridden = overridden  # whether the final answer is a plan's `response_override`
+        self.opened = False
+        self.done = False  # the stream's end was written, or the client left
+        self.last_write = 0.0
+        self.pinger: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """Nothing is sent yet: the response starts with the first round's answer."""
+
+    def capture(
+        self,
+        send: Send,
+        forward_headers: Headers,
+        limit: int,
+        on_forward: Callable[[], object] | None = None,
+        forward: bool = True,
+    ) -> ResponseCapture:
+        """The `send` of one call of the app, which is one round: live when the app streams."""
+        self.relay.begin_round()
+        return RoundCapture(self, send, forward_headers, limit, on_forward, forward=not self.opened)
+
+    async def start(self, app_start: Message | None) -> None:
+        """Begin the client's response: our event-stream headers, with the app's own others."""
+        app_headers = app_start.get("headers", ()) if app_start is not None else ()
+        headers = [(name, value) for name, value in app_headers if name.lower() not in _NOT_FORWARDED]
+        names = {name.lower() for name, _ in headers}
+        headers += [header for header in SSE_HEADERS if header[0] not in names]
+        self.opened = True
+        await self.written({"type": "http.response.start", "status": 200, "headers": headers})
+        self.pinger = asyncio.ensure_future(self.keep_alive())
+
+    async def send(self, data: bytes) -> None:
+        """Send events to the client now."""
+        await self.written({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def written(self, message: Message) -> None:
+        await self.write(message)
+        if self.write.failed and self.write.client is not None:
+            self.write.client.left()  # a write failed: stop the loop (and the app's stream) as a disconnect does
+        self.last_write = asyncio.get_running_loop().time()
+
+    async def keep_alive(self) -> None:
+        keepalive = self.surface.keepalive()
+        clock = asyncio.get_running_loop()
+        while not self.write.closed:
+            quiet = clock.time() - self.last_write
+            if quiet < self.interval:
+                await asyncio.sleep(self.interval - quiet)
+            else:
+                await self.send(keepalive)
+
+    async def stop_keep_alive(self) -> None:
+        if self.pinger is not None:
+            self.pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.pinger
+
+    async def close(self, reply: Reply | None) -> None:
+        """End the client's response with the loop's reply."""
+        await self.stop_keep_alive()
+        if not self.opened:
+            if reply is None:
+                return  # the app's own answer went to the client
+            if not 200 <= reply.start["status"] < 300:  # an error before anything was streamed: with its status
+                await self.write(reply.start)
+                await self.write({"type": "http.response.body", "body": reply.body})
+                self.done = True
+                return
+            await self.start(None)
+        await self.end(self.closing(reply) if reply is not None else [])
+
+    async def abort(self, status: int, message: str, code: str) -> None:
+        """End a response that cannot be finished (the request was cancelled): an error event, or an error."""
+        await self.stop_keep_alive()
+        if self.done:
+            return
+        if self.opened:
+            await self.end([self.surface.error_event(status, message, code)])
+        elif not self.write.started:
+            body = self.surface.error_body(status, message, code)
+            await self.write(json_start(status, len(body)))
+            await self.write({"type": "http.response.body", "body": body})
+            self.done = True
+
+    async def end(self, events: list[bytes]) -> None:
+        if events:
+            await self.send(b"".join(events))
+        await self.write({"type": "http.response.body", "body": b""})
+        self.done = True
+
+    def closing(self, reply: Reply) -> list[bytes]:
+        """The events that end the stream: the rest of the answer, or an error event."""
+        status = reply.start["status"]
+        try:
+            body = orjson.loads(reply.body)
+        except orjson.JSONDecodeError:
+            body = None
+        if 200 <= status < 300 and isinstance(body, dict):
+            try:
+                return self.relay.finish(body, fresh=self.overridden())
+            except StreamMismatch as error:
+                logger.error(
+                    "a hook changed an answer whose text was already streamed (%s); a hook that rewrites answers "
+                    'must declare agentic_loop_streaming = "buffered"',
+                    error,
+                )
+                message = f"the answer was changed after it was streamed: {error}"
+                return [self.surface.error_event(500, message, "stream_rewritten")]
+            except Exception as error:
+                logger.exception("could not write the answer as a stream")
+                message = f"the answer could not be streamed: {error}"
+                return [self.surface.error_event(502, message, "model_app_error")]
+        message, code = error_of(body, reply.body, status)
+        return [self.surface.error_event(status if status >= 400 else 502, message, code)]
+
+
+class RoundCapture(ResponseCapture):
+    """The `send` of one round: an event stream is read as it comes, anything else as `ResponseCapture` does.
+
+    When the stream ends, the capture holds the relay's accumulated body as a JSON answer, so the
+    dispatcher returns it like any other; a stream that failed or ended early becomes a 502 error answer.
+    """
+
+    def __init__(self, live: LiveStream, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.live = live
+        self.reader: SSEReader | None = None
+        self.failure: bytes | None = None
+
+    async def send(self, message: Message) -> None:
+        if self.reader is not None:
+            if message["type"] == "http.response.body":
+                await self.read(message)
+            return
+        if message["type"] == "http.response.start" and not self.forwarded and is_event_stream(message):
+            self.reader = SSEReader()
+            self.start = message
+            if not self.live.opened:
+                await self.live.start(message)
+            return
+        await super().send(message)
+        if self.complete and self.readable and not (self.live.opened or self.forwarded or self.oversize):
+            await self.live.start(None)  # a JSON answer to a streaming call: written as a stream at the end
+
+    async def read(self, message: Message) -> None:
+        chunk = message.get("body", b"")
+        if chunk and self.failure is None:
+            self.size += len(chunk)
+            out: list[bytes] = []
+            try:
+                if self.size > self.limit:
+                    raise AppStreamError(
+                        self.live.surface.error_body(
+                            502, f"the model app's answer was over max_body_bytes={self.limit}", "model_app_error"
+                        )
+                    )
+                assert self.reader is not None
+                for event in self.reader.feed(chunk):
+                    out += self.live.relay.feed(event)
+            except AppStreamError as error:
+                self.failure = error.body
+            except Exception as error:
+                message_text = f"the model app's stream could not be read: {type(error).__name__}: {error}"
+                self.failure = self.live.surface.error_body(502, message_text, "model_app_error")
+            if out:
+                await self.live.send(out[0] if len(out) == 1 else b"".join(out))
+        if message.get("more_body", False):
+            return
+        self.complete = True
+        body = self.live.relay.body() if self.failure is None else None
+        if body is not None:
+            self.chunks = [orjson.dumps(body)]
+            return
+        self.readable = False
+        self.start = _FAILED_START
+        self.chunks = [
+            self.failure
+            or self.live.surface.error_body(
+                502, "the model app's stream ended before its answer was complete", "model_app_error"
+            )
+        ]
