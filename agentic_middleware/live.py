@@ -153,9 +153,13 @@ class LiveStream:
             self.done = True
 
     async def end(self, events: list[bytes]) -> None:
-        if events:
-            await self.send(b"".join(events))
-        await self.write({"type": "http.response.body", "body": b""})
+        """The last events, one message each, then the stream's end; stopping at once if the client leaves."""
+        for event in events:
+            await self.send(event)
+            if self.write.closed:
+                break
+        else:
+            await self.write({"type": "http.response.body", "body": b""})
         self.done = True
 
     def closing(self, reply: Reply) -> list[bytes]:
