@@ -95,6 +95,11 @@ class ClientWriter:
     async def __call__(self, message: Message) -> None:
         if message.get("more_body") and self.client is not None and self.client.watcher is not None:
             await asyncio.sleep(0)
+        await self.forward(message)
+
+    async def forward(self, message: Message) -> None:
+        """Write without first letting the event loop run: for a caller that waits on something else between
+        writes anyway (a live stream waits on the model app), so the watcher hears a disconnect meanwhile."""
         if self.closed:
             return
         if message["type"] == "http.response.start":

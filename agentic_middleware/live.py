@@ -103,8 +103,11 @@ class LiveStream:
         """Send events to the client now."""
         await self.written({"type": "http.response.body", "body": data, "more_body": True})
 
-    async def written(self, message: Message) -> None:
-        await self.write(message)
+    async def written(self, message: Message, wait_on_app: bool = True) -> None:
+        if wait_on_app:  # between two writes the loop waits on the app, which lets a disconnect be heard
+            await self.write.forward(message)
+        else:
+            await self.write(message)
         if self.write.failed and self.write.client is not None:
             self.write.client.left()  # a write failed: stop the loop (and the app's stream) as a disconnect does
         self.last_write = asyncio.get_running_loop().time()
@@ -155,7 +158,7 @@ class LiveStream:
     async def end(self, events: list[bytes]) -> None:
         """The last events, one message each, then the stream's end; stopping at once if the client leaves."""
         for event in events:
-            await self.send(event)
+            await self.written({"type": "http.response.body", "body": event, "more_body": True}, wait_on_app=False)
             if self.write.closed:
                 break
         else:

@@ -10,12 +10,18 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cases, e2e, long_answers, mcp_case
+from . import cases, e2e, live_stream, long_answers, mcp_case
 from .cases import Case, Config, Row
 from .report import table, write_chart, write_markdown
 
 HERE = Path(__file__).parent
-CASES: dict[int, Case] = {**cases.CASES, **e2e.CASES, **long_answers.CASES, **mcp_case.CASES}
+CASES: dict[int, Case] = {
+    **cases.CASES,
+    **e2e.CASES,
+    **long_answers.CASES,
+    **mcp_case.CASES,
+    **live_stream.CASES,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> list[Row]:

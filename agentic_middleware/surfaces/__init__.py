@@ -116,6 +116,27 @@ class AppStreamError(Exception):
         self.body = body
 
 
+class Pieces:
+    """A string that arrives in pieces: each added at constant cost, joined once when read. Every 64 pieces are
+    joined into one as they come, so that a long stream of short deltas keeps little more than its text."""
+
+    __slots__ = ("count", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.count = 0
+
+    def add(self, piece: str) -> None:
+        self.parts.append(piece)
+        self.count += 1
+        if self.count == 64:
+            self.parts[-64:] = ["".join(self.parts[-64:])]
+            self.count = 0
+
+    def __str__(self) -> str:
+        return "".join(self.parts)
+
+
 class StreamRelay(ABC):
     """One streaming client's response in one wire format, across every round of its loop (`Surface.relay`).
 

@@ -12,7 +12,7 @@ from ..native import NativeFormat
 from ..native.chat import ChatNative
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
-from . import AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
+from . import AppStreamError, Claims, Pieces, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
 
 ERROR_MARKER = "Error: "
 
@@ -221,7 +221,7 @@ class ChatRelay(StreamRelay):
     def sent_messages(self) -> dict[int, dict[str, Any]]:
         if self.holding:
             return self.sent
-        return {index: choice["message"] for index, choice in self.choices.items()}
+        return {index: _message(choice) for index, choice in self.choices.items()}
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         if event.data == b"[DONE]":
@@ -243,7 +243,7 @@ class ChatRelay(StreamRelay):
             for choice in choices
         ):
             self.holding = True
-            self.sent = {index: dict(choice["message"]) for index, choice in self.choices.items()}
+            self.sent = {index: _message(choice) for index, choice in self.choices.items()}
         for choice in choices:
             self.read_choice(choice)
         client = self.client_chunk(event, chunk, choices)
@@ -256,14 +256,22 @@ class ChatRelay(StreamRelay):
         index = choice.get("index", 0)
         state = self.choices.get(index)
         if state is None:
-            state = self.choices[index] = {"message": {}, "finish_reason": None, "logprobs": None}
+            state = self.choices[index] = {"message": {}, "pieces": {}, "finish_reason": None, "logprobs": None}
         delta = choice.get("delta") or {}
         calls = delta.get("tool_calls")
         if calls:
             known = self.calls.setdefault(index, {})
             for call in calls:
                 _merge(known.setdefault(call.get("index", 0), {}), call)
-        _merge(state["message"], {key: value for key, value in delta.items() if key != "tool_calls"})
+        pieces = state["pieces"]
+        for key, value in delta.items():
+            if isinstance(value, str) and key not in _SET_FIELDS:
+                text = pieces.get(key)
+                if text is None:
+                    text = pieces[key] = Pieces()
+                text.add(value)  # joined once, when the message is read
+            elif key != "tool_calls":
+                _merge(state["message"], {key: value})
         if choice.get("finish_reason") is not None:
             state["finish_reason"] = choice["finish_reason"]
         logprobs = choice.get("logprobs")
@@ -310,7 +318,7 @@ class ChatRelay(StreamRelay):
             state = self.choices[index]
             if state["finish_reason"] is None:
                 return None
-            message = {"role": "assistant", "content": None, **state["message"]}
+            message = {"role": "assistant", "content": None, **_message(state)}
             if calls := self.calls.get(index):
                 message["tool_calls"] = [
                     {key: value for key, value in calls[position].items() if key != "index"}
@@ -342,7 +350,8 @@ class ChatRelay(StreamRelay):
         if answer is not None and choices == answer["choices"]:
             events += self.held
         else:
-            sent = {} if fresh else self.sent_messages()
+            streamed = self.sent_messages()
+            sent = {} if fresh else streamed  # an override follows what was streamed; else it must continue it
             indexes = set()
             for position, choice in enumerate(choices):
                 index = choice.get("index", position) if isinstance(choice, dict) else position
@@ -350,13 +359,19 @@ class ChatRelay(StreamRelay):
                 message = choice.get("message") if isinstance(choice, dict) else None
                 rest = _rest(message if isinstance(message, dict) else {}, sent.get(index, {}))
                 text = rest.get("content")
-                if index in self.texted and not sent.get(index, {}).get("content") and isinstance(text, str) and text:
+                had_text = index in self.texted or streamed.get(index, {}).get("content")
+                if had_text and not sent.get(index, {}).get("content") and isinstance(text, str) and text:
                     rest["content"] = _SEPARATOR + text
                 events += sse.chat_choice(base, {**choice, "message": rest}, position, opened=index in self.opened)
             if any(message.get("content") for index, message in sent.items() if index not in indexes):
                 raise StreamMismatch("the answer lacks a choice whose text was already streamed")
         events += sse.chat_end(base, final.get("usage"), self.include_usage)
         return events
+
+
+def _message(state: dict[str, Any]) -> dict[str, Any]:
+    """A choice's message as read so far, its streamed strings joined."""
+    return {**state["message"], **{key: str(pieces) for key, pieces in state["pieces"].items()}}
 
 
 def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:

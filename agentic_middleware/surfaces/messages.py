@@ -12,7 +12,7 @@ from ..native import NativeFormat
 from ..native.messages import MessagesNative
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
-from . import AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
+from . import AppStreamError, Claims, Pieces, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -166,7 +166,7 @@ class MessagesRelay(StreamRelay):
         self.held: list[bytes] = []
         self.message: dict[str, Any] | None = None
         self.blocks: dict[int, dict[str, Any]] = {}
-        self.partial: dict[int, list[str]] = {}
+        self.pieces: dict[tuple[int, str], Pieces] = {}  # streamed strings, joined when their block stops
         self.stopped = False
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
@@ -178,11 +178,11 @@ class MessagesRelay(StreamRelay):
             block = self.blocks[index]
             match delta.get("type"):
                 case "text_delta":
-                    block["text"] = block.get("text", "") + delta["text"]
+                    self.piece(index, "text", delta["text"])
                 case "input_json_delta":
-                    self.partial.setdefault(index, []).append(delta["partial_json"])
+                    self.piece(index, "input", delta["partial_json"])
                 case "thinking_delta":
-                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                    self.piece(index, "thinking", delta["thinking"])
                 case "signature_delta":
                     block["signature"] = delta["signature"]
                 case "citations_delta":
@@ -200,9 +200,16 @@ class MessagesRelay(StreamRelay):
             return self.out(event, kind, payload)
         if kind == "content_block_stop":
             index = payload["index"]
-            partial = self.partial.pop(index, None)
-            if partial and (text := "".join(partial)):
-                self.blocks[index]["input"] = orjson.loads(text)
+            block = self.blocks[index]
+            for name in ("text", "thinking", "input"):
+                pieces = self.pieces.pop((index, name), None)
+                if pieces is None:
+                    continue
+                text = block.get(name, "") + str(pieces) if name != "input" else str(pieces)
+                if name != "input":
+                    block[name] = text
+                elif text:
+                    block["input"] = orjson.loads(text)
             return self.out(event, kind, payload)
         if kind == "message_start":
             self.message = dict(payload["message"])
@@ -227,6 +234,12 @@ class MessagesRelay(StreamRelay):
         if kind == "ping":
             return _NOTHING  # the live stream sends its own keep-alives
         return self.out(event, kind, payload)  # an event type this version does not know: as it came
+
+    def piece(self, index: int, name: str, text: str) -> None:
+        pieces = self.pieces.get((index, name))
+        if pieces is None:
+            pieces = self.pieces[index, name] = Pieces()
+        pieces.add(text)
 
     def out(self, event: ServerSentEvent, kind: str, payload: dict[str, Any]) -> Sequence[bytes]:
         if self.base and "index" in payload:
