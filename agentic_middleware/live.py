@@ -148,7 +148,7 @@ class LiveStream:
         if self.done:
             return
         if self.opened:
-            await self.end([self.surface.error_event(status, message, code)])
+            await self.end([self.error_event(status, message, code)])
         elif not self.write.started:
             body = self.surface.error_body(status, message, code)
             await self.write(json_start(status, len(body)))
@@ -164,6 +164,10 @@ class LiveStream:
         else:
             await self.write({"type": "http.response.body", "body": b""})
         self.done = True
+
+    def error_event(self, status: int, message: str, code: str) -> bytes:
+        """A failure reported in the stream: in the relay's own terms when it has them (its stream's state)."""
+        return self.relay.error_event(status, message, code) or self.surface.error_event(status, message, code)
 
     def closing(self, reply: Reply) -> list[bytes]:
         """The events that end the stream: the rest of the answer, or an error event."""
@@ -182,13 +186,13 @@ class LiveStream:
                     error,
                 )
                 message = f"the answer was changed after it was streamed: {error}"
-                return [self.surface.error_event(500, message, "stream_rewritten")]
+                return [self.error_event(500, message, "stream_rewritten")]
             except Exception as error:
                 logger.exception("could not write the answer as a stream")
                 message = f"the answer could not be streamed: {error}"
-                return [self.surface.error_event(502, message, "model_app_error")]
+                return [self.error_event(502, message, "model_app_error")]
         message, code = error_of(body, reply.body, status)
-        return [self.surface.error_event(status if status >= 400 else 502, message, code)]
+        return [self.error_event(status if status >= 400 else 502, message, code)]
 
 
 class RoundCapture(ResponseCapture):

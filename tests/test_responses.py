@@ -436,6 +436,7 @@ async def test_a_stream_is_one_lifecycle_that_the_sdk_helper_rebuilds() -> None:
         kinds = [event.type async for event in stream]
         final = await stream.get_final_response()
 
+    assert model.requests[0].body["stream"] is True  # live; the app answered JSON, so the stream is written after
     assert final.output_text == long_text == json_result.output_text
     assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
     assert final.model_dump(exclude_none=True) == json_result.model_dump(exclude_none=True)
