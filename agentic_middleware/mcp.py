@@ -54,6 +54,9 @@ class MCPTools(ServerTools):
     `required`, which fails the start.
     """
 
+    mode = "auto"
+    """How the SDK negotiates: "auto" tries the 2026 protocol and falls back to the handshake; "legacy" forces it."""
+
     def __init__(
         self,
         server: str | Sequence[str],
@@ -91,6 +94,7 @@ class MCPTools(ServerTools):
         self._dropped = asyncio.Event()  # the open session failed: reopen it
         self._wake = asyncio.Event()  # a call is waiting: reconnect now rather than after the backoff
         self._closing = False
+        self._session_gone = False  # the HTTP server answered 404 to our session id: it ended the session
 
     def _check(self) -> None:
         if isinstance(self.server, str):
@@ -159,6 +163,7 @@ class MCPTools(ServerTools):
             try:
                 async with self._open() as client:
                     await self._refresh(client)
+                    self._session_gone = False
                     self._client = client
                     self._dropped.clear()
                     self._connected.set()
@@ -192,7 +197,7 @@ class MCPTools(ServerTools):
                     httpx2.AsyncClient(
                         headers=self.headers,
                         timeout=httpx2.Timeout(self.timeout, read=None),
-                        event_hooks={"request": [self._add_forwarded]},
+                        event_hooks={"request": [self._add_forwarded], "response": [self._watch_session]},
                     )
                 )
                 transport: Any = streamable_http_client(self.server, http_client=http)
@@ -201,7 +206,7 @@ class MCPTools(ServerTools):
                 transport = stdio_client(StdioServerParameters(command=command[0], args=command[1:]))
             async with asyncio.timeout(self.connect_timeout):
                 client = await stack.enter_async_context(
-                    Client(transport, message_handler=self._on_message, cache=None)
+                    Client(transport, mode=self.mode, message_handler=self._on_message, cache=None)
                 )
             yield client
 
@@ -287,7 +292,7 @@ class MCPTools(ServerTools):
             try:
                 result = await client.call_tool(tool, arguments)
             except MCPError as error:
-                if error.code != mcp_types.CONNECTION_CLOSED:
+                if error.code != mcp_types.CONNECTION_CLOSED and not self._session_gone:
                     return ToolResult(f"{name} failed: {error.error.message}", True)
                 failure = error
             except (httpx2.TransportError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as error:
@@ -317,6 +322,13 @@ class MCPTools(ServerTools):
             return await super()._plan(claim, messages, response, logging_obj, kwargs)
         finally:
             self._forwarded.reset(token)
+
+    async def _watch_session(self, response: httpx2.Response) -> None:
+        """A 404 to a request that carries the session id means the server ended the session (a restart, an
+        expiry): the spec says to open a new one, so the call that got it is made again on a new session."""
+        if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+            self._session_gone = True
+            self._dropped.set()
 
     async def _add_forwarded(self, request: httpx2.Request) -> None:
         """The SDK sends each call from a task that carries the caller's context, so the call's headers are here."""

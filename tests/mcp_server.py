@@ -10,6 +10,7 @@ import os
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 # A 1x1 PNG.
@@ -56,7 +57,9 @@ def build() -> MCPServer:
     @server.tool(description="Adds the tool `grown` and tells the clients.")
     async def grow(ctx: Context) -> str:
         server.add_tool(lambda: "grown up", name="grown", description="Added at run time.")
-        await ctx.notify_tools_changed()
+        await ctx.notify_tools_changed()  # to `subscriptions/listen` streams (2026 protocol)
+        if ctx.session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            await ctx.session.send_tool_list_changed()  # a handshake session's notification
         return "grew"
 
     return server

@@ -93,6 +93,15 @@ async def mcp_server(request: pytest.FixtureRequest) -> AsyncIterator[str | list
     await server.stop()
 
 
+class HandshakeMCPTools(MCPTools):
+    mode = "legacy"  # the handshake protocol (before 2026), as most deployed servers speak it
+
+
+@pytest.fixture(params=["2026", "handshake"])
+def tools_class(request: pytest.FixtureRequest) -> type[MCPTools]:
+    return MCPTools if request.param == "2026" else HandshakeMCPTools
+
+
 @pytest.fixture(params=["messages", "chat"])
 def route(request: pytest.FixtureRequest) -> Route:
     return Route(request.param)
@@ -186,7 +195,9 @@ async def test_errors_timeouts_structured_content_and_images(mcp_server: str | l
         assert "[image image/png: not shown" in picture[0]
 
 
-async def test_the_next_call_reconnects_after_the_http_server_restarted(mcp_http: MCPHTTPServer, route: Route) -> None:
+async def test_the_next_call_reconnects_after_the_http_server_restarted(
+    mcp_http: MCPHTTPServer, route: Route, tools_class: type[MCPTools]
+) -> None:
     model = ScriptedModel(
         default=lambda r: (
             route.calls(("define", {"word": "again"}))
@@ -194,18 +205,18 @@ async def test_the_next_call_reconnects_after_the_http_server_restarted(mcp_http
             else answer_with_results(route)(r)
         )
     )
-    async with gateway(model, MCPTools(mcp_http.url)) as app:
+    async with gateway(model, tools_class(mcp_http.url)) as app:
         assert await ask(route, app) == "again: a word"
         await mcp_http.stop()
         await mcp_http.start()
         assert await ask(route, app) == "again: a word"
 
 
-async def test_the_next_call_reconnects_after_the_stdio_server_died(route: Route) -> None:
+async def test_the_next_call_reconnects_after_the_stdio_server_died(route: Route, tools_class: type[MCPTools]) -> None:
     model = ScriptedModel(
         default=lambda r: route.calls(("whoami", {})) if len(r.body["messages"]) == 1 else answer_with_results(route)(r)
     )
-    async with gateway(model, MCPTools(STDIO)) as app:
+    async with gateway(model, tools_class(STDIO)) as app:
         first = await ask(route, app)
         pid = int(first.rpartition("pid=")[2])
         os.kill(pid, signal.SIGKILL)
@@ -247,9 +258,9 @@ async def test_the_clients_authorization_reaches_the_mcp_server_only_when_config
 
 
 async def test_the_tool_list_is_fetched_again_when_the_server_says_it_changed(
-    mcp_server: str | list[str], route: Route
+    mcp_server: str | list[str], route: Route, tools_class: type[MCPTools]
 ) -> None:
-    hook = MCPTools(mcp_server)
+    hook = tools_class(mcp_server)
     model = ScriptedModel(route.calls(("grow", {})), answer_with_results(route), route.text("ok"))
     async with gateway(model, hook) as app:
         assert await ask(route, app) == "grew"
