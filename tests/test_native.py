@@ -436,3 +436,18 @@ async def test_a_chat_stream_carries_the_annotations() -> None:
         final = await stream.get_final_completion()
     (annotation,) = final.choices[0].message.annotations or []
     assert annotation.url_citation.url == CANBERRA.url and final.choices[0].message.content == ANSWER
+
+
+async def test_calls_the_app_sent_without_ids_get_records_that_pair_up() -> None:
+    calls = [{"type": "tool_use", "name": "web_search", "input": {"query": query}} for query in ("a", "b")]
+    model = ScriptedModel(message(*calls), message(ANSWER))
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[Search([CANBERRA]).hook()])).messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": QUESTION}],
+        tools=[native_tool()],  # type: ignore[list-item]
+    )
+    uses = [block for block in reply.content if isinstance(block, ServerToolUseBlock)]
+    results = [block for block in reply.content if isinstance(block, WebSearchToolResultBlock)]
+    assert len({use.id for use in uses}) == 2 and all(len(use.id) > len("srvtoolu_") for use in uses)
+    assert [result.tool_use_id for result in results] == [use.id for use in uses]

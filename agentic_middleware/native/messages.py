@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -14,14 +15,13 @@ CITATION_TYPE = "web_search_result_location"
 
 
 def server_id(call_id: Any) -> str:
-    """The record's id for the app's call id: `toolu_x` becomes `srvtoolu_x`."""
-    call_id = str(call_id or "")
+    """The record's id for the app's call id: `toolu_x` becomes `srvtoolu_x` (a call without one gets a new one)."""
+    call_id = call_id if isinstance(call_id, str) and call_id else os.urandom(12).hex()
     return f"srvtoolu_{call_id.removeprefix('toolu_')}"
 
 
-def _pair(run: NativeRun) -> list[dict[str, Any]]:
+def _pair(run: NativeRun, block_id: str) -> list[dict[str, Any]]:
     """A call's `server_tool_use` block and its `web_search_tool_result` block."""
-    block_id = server_id(run.call.get("id"))
     content: Any
     if run.error_code is not None:
         content = {"type": "web_search_tool_result_error", "error_code": run.error_code}
@@ -49,16 +49,19 @@ def _is_run(block: Any, run: NativeRun) -> bool:
 
 class MessagesNative(NativeFormat):
     def record(self, final: dict[str, Any], round: NativeRound) -> dict[str, Any]:
+        ids = [server_id(run.call.get("id")) for run in round.runs]
         shown: list[Any] = []
         for block in round.response.get("content") or ():
             if not isinstance(block, dict) or block.get("type") != "tool_use":
                 shown.append(block)  # the round's text and thinking, where the model put them
                 continue
-            run = next((run for run in round.runs if _is_run(block, run)), None)
-            if run is not None:
-                shown += _pair(run)  # other calls (the server's other tools, the client's own) stay out of it
+            position = next((at for at, run in enumerate(round.runs) if _is_run(block, run)), None)
+            if position is not None:
+                shown += _pair(
+                    round.runs[position], ids[position]
+                )  # other calls (the server's other tools, the client's own) stay out of it
         content = final.get("content")
-        later = [self._cited(block, round) for block in (content if isinstance(content, list) else ())]
+        later = [self._cited(block, round, ids) for block in (content if isinstance(content, list) else ())]
         usage = dict(final.get("usage") or {})
         counted = dict(usage.get("server_tool_use") or {})
         counted["web_search_requests"] = (counted.get("web_search_requests") or 0) + round.searches()
@@ -66,14 +69,14 @@ class MessagesNative(NativeFormat):
         usage["server_tool_use"] = counted
         return JSONObject(final, content=[*shown, *later], usage=usage)
 
-    def _cited(self, block: Any, round: NativeRound) -> Any:
+    def _cited(self, block: Any, round: NativeRound, ids: list[str]) -> Any:
         """A text block with citations of the round's results whose URLs it names, in front of any it has."""
         if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
             return block
         found: dict[tuple[int, int], dict[str, Any]] = {}
         for position, run in enumerate(round.runs):
             for number, source, _ in citations(block["text"], run.result.sources):
-                block_id = server_id(run.call.get("id"))
+                block_id = ids[position]
                 found.setdefault(
                     (position, number),
                     {

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,8 @@ RECORD_TYPE = "web_search_call"
 
 def record_id(call: Mapping[str, Any]) -> str:
     """The item's id for the app's call: `ws_` and the call's own."""
-    own = str(call.get("call_id") or call.get("id") or "")
+    own = call.get("call_id") or call.get("id")
+    own = own if isinstance(own, str) and own else os.urandom(12).hex()
     return f"ws_{own.removeprefix('call_').removeprefix('fc_')}"
 
 
