@@ -142,7 +142,9 @@ class ServerTools(AgenticHook):
     native: Mapping[str, str] = field(default_factory=dict)
     timeout: float = 30.0
     keep_trace: bool = False
-    agentic_loop_streaming: bool = True  # streaming clients get the loop too (see the middleware's `streaming`)
+    # Streaming clients get the loop too (see the middleware's `streaming`); with `native`, a request that declares a
+    # native tool streams buffered: its records go in front of the final round, which a live stream already sent.
+    agentic_loop_streaming: bool | str | Callable[[dict[str, Any]], Any] = True
 
     def __post_init__(self) -> None:
         tools = [_declared(tool) for tool in self.tools]
@@ -153,6 +155,16 @@ class ServerTools(AgenticHook):
         unknown = sorted(set(self.native.values()) - set(self.by_name))
         if unknown:
             raise ConfigurationError(f"native maps to tools that are not served: {unknown}")
+        if self.native and self.agentic_loop_streaming is True:
+            self.agentic_loop_streaming = self._streaming
+
+    def _streaming(self, request: dict[str, Any]) -> bool | str:
+        """ "buffered" for a request that declares a native tool this hook maps, else live."""
+        tools = request.get("tools")
+        declared = any(self._native_target(tool) for tool in (tools if isinstance(tools, list) else ()))
+        if declared or ("web_search" in self.native and isinstance(request.get("web_search_options"), dict)):
+            return "buffered"
+        return True
 
     def declared_tool_names(self) -> list[str]:
         """The names this hook declares now; the middleware refuses two hooks that declare the same one."""
