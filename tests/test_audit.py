@@ -404,3 +404,17 @@ async def test_an_in_place_edit_of_history_already_sent_reaches_the_app(route: R
         assert first_result not in repr(history) and "[stubbed]" in repr(history)
         assert orjson.loads(request.raw) == request.body
     assert 'lookup result for {"n": 3}' in repr(model.requests[3].body["messages"])  # the newest, not yet stubbed
+
+
+async def test_hooks_in_the_real_litellm_callbacks_are_reported(caplog: pytest.LogCaptureFixture) -> None:
+    litellm = pytest.importorskip("litellm")
+    hook = ToolHook()
+    litellm.callbacks.append(hook)
+    try:
+        route = Route("chat")
+        app = AgenticLoopMiddleware(ScriptedModel(route.text("a")), hooks=[hook])
+        async with http_client(app) as client:
+            await post(client, route, route.request())
+    finally:
+        litellm.callbacks.remove(hook)
+    assert "also in litellm.callbacks" in caplog.text

@@ -205,3 +205,27 @@ async def test_responses_immediate_end_has_a_message() -> None:
     app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing="text")
     result = await openai_client(app).responses.create(model="gpt-test", input="go")
     assert result.output_text == "I stopped here: the server's tools could not run again for this request."
+
+
+@pytest.mark.parametrize("surface", ["chat", "responses"])
+async def test_the_agents_sdk_gets_a_final_output_at_the_limit(surface: str) -> None:
+    """The OpenAI Agents SDK took the empty end of turn as `final_output == ''`."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    if surface == "chat":
+        model = eager(Route("chat"))
+    else:
+        counter = itertools.count(1)
+        model = ScriptedModel(
+            default=lambda request: (
+                response(CLOSING) if tools_off(request) else response(function_call("lookup", {"n": next(counter)}))
+            )
+        )
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1))
+    kind = agents.OpenAIChatCompletionsModel if surface == "chat" else agents.OpenAIResponsesModel
+    agent = agents.Agent(name="a", instructions="Answer.", model=kind(model="gpt-test", openai_client=client))
+
+    result = await agents.Runner.run(agent, "What is entry 1?")
+
+    assert result.final_output == CLOSING
+    assert len(model.requests) == 3
