@@ -145,24 +145,32 @@ def searching_model() -> ScriptedModel:
     )
 
 
-async def test_websearch_on_messages_matches_litellm(sdk: Any, search: Search) -> None:
-    ours, theirs = searching_model(), searching_model()
-    hook = WebSearchInterceptionLogger(enabled_providers=["anthropic"])
-    app = AgenticLoopMiddleware(ours, hooks=[hook])
+async def search_both(
+    sdk: Any, hook: Any, ours: ScriptedModel, theirs: ScriptedModel, **options: Any
+) -> tuple[Any, Any]:
+    """The question with the native search tool: through the middleware (with `options`) over `ours`, and through
+    LiteLLM's SDK over `theirs` under uvicorn, the same hook in both."""
+    app = AgenticLoopMiddleware(ours, hooks=[hook], **options)
     reply = await anthropic_client(app).messages.create(
         model="scripted", max_tokens=100, messages=QUESTION, tools=[NATIVE_SEARCH]
     )
-
     sdk.callbacks = [hook]
     async with served(theirs) as base:
         expected = await sdk.anthropic_interface.messages.acreate(
             model="anthropic/scripted",
-            max_tokens=100,
             messages=QUESTION,
             tools=[NATIVE_SEARCH],
             api_base=base,
             api_key="k",
+            max_tokens=100,
         )
+    return reply, expected
+
+
+async def test_websearch_on_messages_matches_litellm(sdk: Any, search: Search) -> None:
+    ours, theirs = searching_model(), searching_model()
+    hook = WebSearchInterceptionLogger(enabled_providers=["anthropic"])
+    reply, expected = await search_both(sdk, hook, ours, theirs)
 
     # The model saw the converted tool, then the search result, the same way in both.
     assert [tool_names(body) for body in bodies(ours)] == [["litellm_web_search"]] * 2
@@ -218,27 +226,12 @@ async def test_websearch_limit_set_by_the_hook_holds(sdk: Any, search: Search) -
             message("Sunny, from what I found."),
         )
 
-    async def ours(closing: str) -> tuple[Any, ScriptedModel]:
-        model_app = model()
-        app = AgenticLoopMiddleware(model_app, hooks=[hook], closing=closing)
-        reply = await anthropic_client(app).messages.create(
-            model="scripted", max_tokens=100, messages=QUESTION, tools=[NATIVE_SEARCH]
-        )
-        return reply, model_app
-
     hook = WebSearchInterceptionLogger(enabled_providers=["anthropic"], max_agentic_loops=1)
-    (text_reply, text_model), (call_reply, call_model) = await ours("text"), await ours("call")
-    theirs = model()
-    sdk.callbacks = [hook]
-    async with served(theirs) as base:
-        expected = await sdk.anthropic_interface.messages.acreate(
-            model="anthropic/scripted",
-            max_tokens=100,
-            messages=QUESTION,
-            tools=[NATIVE_SEARCH],
-            api_base=base,
-            api_key="k",
-        )
+    text_model, call_model, theirs = model(), model(), model()
+    text_reply, expected = await search_both(sdk, hook, text_model, theirs, closing="text")
+    call_reply = await anthropic_client(AgenticLoopMiddleware(call_model, hooks=[hook])).messages.create(
+        model="scripted", max_tokens=100, messages=QUESTION, tools=[NATIVE_SEARCH]
+    )
 
     assert search.queries == ["Paris weather"] * 3  # one search each: the second call is refused every time
     assert len(text_model.requests) == len(theirs.requests) == 2
@@ -396,3 +389,25 @@ async def test_code_interpreter_on_chat_matches_litellm(sdk: Any) -> None:
     # One sandbox, created, used and deleted, in both.
     assert (our_box.created, our_box.ran, our_box.deleted) == (their_box.created, their_box.ran, their_box.deleted)
     assert our_box.deleted == ["box-0"]
+
+
+async def test_websearch_whose_searches_all_fail_terminates_as_in_litellm(
+    sdk: Any, search: Search, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook's plan terminates (`stop_reason="web_search_failed"`); its post hook gets the answer without the
+    claimed call and adds the native error blocks, in both."""
+    monkeypatch.setenv("PERPLEXITY_API_BASE", "http://127.0.0.1:9")  # nothing listens there: every search fails
+
+    def model() -> ScriptedModel:
+        return ScriptedModel(
+            message("Let me search.", tool_use("litellm_web_search", {"query": "Paris weather"}, id="toolu_f"))
+        )
+
+    ours, theirs = model(), model()
+    hook = WebSearchInterceptionLogger(enabled_providers=["anthropic"])
+    reply, expected = await search_both(sdk, hook, ours, theirs)
+
+    assert len(ours.requests) == len(theirs.requests) == 1
+    assert blocks(reply.content) == blocks(expected["content"])
+    assert [kind for kind, _ in blocks(reply.content)] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert reply.stop_reason == expected["stop_reason"] == "end_turn"
