@@ -386,8 +386,7 @@ class AgenticLoop:
                 self.limit = loop_limit(result.carried["max_agentic_loops"], "the pre-call kwargs")
             except ConfigurationError as error:
                 raise LoopError(str(error)) from None
-        if result.body == self.body:
-            return None
+        # Always sent anew: a hook may have edited the request's lists or objects in place.
         self.body = result.body
         return ", ".join(hook.name for hook in self.pre_call_hooks), "pre-call lifecycle"
 

@@ -187,3 +187,15 @@ async def test_terminate_gives_the_post_hook_the_answer_without_the_claimed_call
     assert plan["metadata"] == {"mine": 1}
     assert [block.type for block in reply.content] == ["text", "tool_use", "text"]
     assert hook.cleanups == []  # as in LiteLLM, a terminating plan has no cleanup
+
+
+class InPlace(ToolHook):
+    async def async_pre_call_deployment_hook(self, kwargs: dict[str, Any], call_type: Any) -> None:
+        kwargs["messages"][0]["content"] = "edited in place"
+
+
+async def test_a_request_edited_in_place_is_sent_edited() -> None:
+    model = ScriptedModel(CHAT.text("done"))
+    app = AgenticLoopMiddleware(model, hooks=[InPlace()])
+    await openai_client(app).chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "hi"}])
+    assert model.requests[0].body["messages"] == [{"role": "user", "content": "edited in place"}]
