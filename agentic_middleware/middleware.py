@@ -203,16 +203,18 @@ class AgenticLoopMiddleware:
 def _stream_wishes(hooks: Iterable[BoundHook]) -> list[Callable[[dict[str, Any]], Any]]:
     """What each hook's `agentic_loop_streaming` says of a streaming request: true, "buffered", or false.
 
-    A LiteLLM hook with pre-call methods asks for all unless it says otherwise: only they can tell whether
-    they turn the stream into a non-stream, as LiteLLM's web search hook does.
+    A LiteLLM hook with pre-call methods asks for all, buffered, unless it says otherwise: only they can tell
+    whether they turn the stream into a non-stream (as LiteLLM's web search hook does), after the mode is chosen.
     """
     wishes = []
     for hook in hooks:
         wish = getattr(hook.hook, "agentic_loop_streaming", None)
         if callable(wish):
             wishes.append(wish)
-        elif wish or (wish is None and has_pre_call(hook)):
-            wishes.append(lambda request, wish=wish or True: wish)
+        elif wish is None and has_pre_call(hook):  # buffered: a stream its pre-call turns off must run buffered
+            wishes.append(lambda request: "buffered")
+        elif wish:
+            wishes.append(lambda request, wish=wish: wish)
     return wishes
 
 
