@@ -73,12 +73,12 @@ def canonical(value: Any) -> bytes:
         return repr(value).encode()
 
 
-def with_id(call: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """The call itself when it has an id, else a copy with a new one: some servers send calls without, and a tool
-    result must name the call it answers."""
-    if isinstance(call.get("id"), str) and call["id"]:
+def with_id(call: dict[str, Any], prefix: str, key: str = "id") -> dict[str, Any]:
+    """The call itself when it has an id (in `key`), else a copy with a new one: some servers send calls without,
+    and a tool result must name the call it answers."""
+    if isinstance(call.get(key), str) and call[key]:
         return call
-    return {**call, "id": f"{prefix}{os.urandom(12).hex()}"}
+    return {**call, key: f"{prefix}{os.urandom(12).hex()}"}
 
 
 def claims_of(gate_answers: Iterable[dict[str, Any]]) -> Claims:

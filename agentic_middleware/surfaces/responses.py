@@ -19,7 +19,7 @@ from ..native import NativeFormat
 from ..native.responses import ResponsesNative
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
-from . import PATCH_FIELDS, AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field
+from . import PATCH_FIELDS, AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
 from .chat import ERROR_MARKER, openai_error_body, openai_error_type
 
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -147,7 +147,8 @@ class Responses(Surface):
 
     def filled(self, response: dict[str, Any], text: str) -> dict[str, Any]:
         output = _output(response)
-        if any(isinstance(item, dict) and item.get("type") == "message" for item in output):
+        # A message, or a call of the client's own tool (which the client answers), is an answer already.
+        if any(_is_call(item) or (isinstance(item, dict) and item.get("type") == "message") for item in output):
             return response
         message = {
             "type": "message",
@@ -196,21 +197,20 @@ class Responses(Surface):
     def follow_up(
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
-        # The round's items as the model sent them (reasoning and messages too), without the calls left unanswered.
-        answered = {call.get("call_id") for call in calls}
+        # The round's items as the model sent them (reasoning and messages too), without the calls left unanswered;
+        # a call the app sent without a `call_id` gets one, in the item and in its output.
+        answered = {id(call): with_id(call, "call_", "call_id") for call in calls}
         output = _output(response)
-        unanswered = {
-            index for index, item in enumerate(output) if _is_call(item) and item.get("call_id") not in answered
-        }
+        unanswered = {index for index, item in enumerate(output) if _is_call(item) and id(item) not in answered}
         outputs = [
             {
                 "type": "custom_tool_call_output" if call.get("type") == "custom_tool_call" else "function_call_output",
-                "call_id": call.get("call_id"),
+                "call_id": answered[id(call)]["call_id"],
                 "output": _tool_output(result),
             }
             for call, result in zip(calls, results, strict=True)
         ]
-        return [*_without(output, unanswered), *outputs]
+        return [*(answered.get(id(item), item) for item in _without(output, unanswered)), *outputs]
 
 
 _LIFECYCLE_START = frozenset({"response.created", "response.in_progress", "response.queued"})
