@@ -343,7 +343,7 @@ def _from_env(value: Any, where: str, file: Path) -> Any:
             raise ConfigurationError(f"{file}: {where} names the environment variable {name}, which is not set")
         return os.environ[name]
     if isinstance(value, list):
-        return [_from_env(item, where, file) for item in value]
+        return [_from_env(item, f"{where}[{number}]", file) for number, item in enumerate(value)]
     if isinstance(value, dict):
         return {key: _from_env(item, f"{where}.{key}", file) for key, item in value.items()}
     return value

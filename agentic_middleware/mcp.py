@@ -18,7 +18,7 @@ import fnmatch
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -62,20 +62,20 @@ class MCPTools(ServerTools):
         server: str | Sequence[str],
         *,
         prefix: str | None = None,
-        allowed_tools: Iterable[str] | None = None,
-        denied_tools: Iterable[str] = (),
+        allowed_tools: str | Iterable[str] | None = None,
+        denied_tools: str | Iterable[str] = (),
         timeout: float = 30.0,
         headers: Mapping[str, str] | None = None,
-        forward_headers: Iterable[str] = (),
+        forward_headers: str | Iterable[str] = (),
         required: bool = False,
     ) -> None:
         super().__init__(tools=(), timeout=timeout)
         self.server = server
         self.prefix = prefix
-        self.allowed_tools = None if allowed_tools is None else tuple(allowed_tools)
-        self.denied_tools = tuple(denied_tools)
+        self.allowed_tools = None if allowed_tools is None else _names(allowed_tools, "allowed_tools")
+        self.denied_tools = _names(denied_tools, "denied_tools")
         self.headers = dict(headers or {})
-        self.forward_headers = tuple(name.lower() for name in forward_headers)
+        self.forward_headers = tuple(name.lower() for name in _names(forward_headers, "forward_headers"))
         self.required = required
         self._check()
         self.connect_timeout = max(timeout, MIN_CONNECT_TIMEOUT)
@@ -93,17 +93,23 @@ class MCPTools(ServerTools):
         self._connected = asyncio.Event()  # a session is open
         self._dropped = asyncio.Event()  # the open session failed: reopen it
         self._wake = asyncio.Event()  # a call is waiting: reconnect now rather than after the backoff
+        self._outcome: asyncio.Future[bool] | None = None  # how the next connection attempt ends
         self._closing = False
         self._session_gone = False  # the HTTP server answered 404 to our session id: it ended the session
 
     def _check(self) -> None:
         if isinstance(self.server, str):
-            if not self.server.startswith(("http://", "https://")):
-                raise ConfigurationError(f"MCP server {self.server!r}: a URL must start with http:// or https://")
+            url = httpx2.URL(self.server) if self.server.startswith(("http://", "https://")) else None
+            if url is None or not url.host:
+                raise ConfigurationError(f"MCP server {self.server!r}: a URL must be http:// or https:// and a host")
         elif not self.server or not all(isinstance(part, str) for part in self.server):
             raise ConfigurationError(f"MCP server {self.server!r}: a stdio command is a non-empty list of strings")
         elif self.headers or self.forward_headers:
             raise ConfigurationError(f"MCP server {self.server!r}: headers go to HTTP servers only, not to stdio")
+        if not all(isinstance(key, str) and isinstance(value, str) for key, value in self.headers.items()):
+            raise ConfigurationError(f"MCP headers must map names to strings, got {self.headers!r}")
+        if not isinstance(self.required, bool):
+            raise ConfigurationError(f"MCP required must be true or false, got {self.required!r}")
         if not isinstance(self.timeout, int | float) or isinstance(self.timeout, bool) or not self.timeout > 0:
             raise ConfigurationError(f"MCP timeout must be a number of seconds above 0, got {self.timeout!r}")
         if self.prefix is not None and not re.fullmatch(r"[a-zA-Z0-9_-]+", self.prefix):
@@ -167,6 +173,7 @@ class MCPTools(ServerTools):
                     self._client = client
                     self._dropped.clear()
                     self._connected.set()
+                    self._settle(True)
                     if not first.done():
                         first.set_result(None)
                     elif delay > FIRST_RETRY:
@@ -181,13 +188,22 @@ class MCPTools(ServerTools):
                     first.set_exception(error)
                 else:
                     logger.debug("MCP server %s: connection failed: %r", self.label, error)
+                self._settle(False)
             finally:
                 self._client = None
                 self._connected.clear()
+                if self._closing:
+                    self._settle(False)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()  # a call waiting for the server cuts the wait short
             delay = min(delay * 2, LAST_RETRY)
+
+    def _settle(self, connected: bool) -> None:
+        """Tell the calls waiting for the current attempt how it ended; later calls wait for the next one."""
+        outcome, self._outcome = self._outcome, None
+        if outcome is not None and not outcome.done():
+            outcome.set_result(connected)
 
     @contextlib.asynccontextmanager
     async def _open(self) -> AsyncIterator[Client]:
@@ -279,18 +295,27 @@ class MCPTools(ServerTools):
         return ServerTool(name, tool.description or tool.title or "", schema, call)
 
     async def _call(self, tool: str, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """One call; a dropped session is reopened and the call made once more (the caller bounds the time)."""
-        failure: Exception | None = None
+        """One call; a dropped session is reopened and the call made once more (the caller bounds the time).
+
+        A call waits for no more than one attempt to reconnect: a server that is down fails it at once, and a
+        session that drops while the call runs ends the call, rather than both waiting out the timeout.
+        """
+        failure: object = "the session dropped"
         for _ in range(2):
             client = self._client
             if client is None:
+                if self._outcome is None:
+                    self._outcome = asyncio.get_running_loop().create_future()
+                outcome = self._outcome
                 self._wake.set()
-                await self._connected.wait()
+                if self._runner is None or not await asyncio.shield(outcome):
+                    failure = "it did not answer the reconnection"
+                    break
                 client = self._client
                 if client is None:
                     continue
             try:
-                result = await client.call_tool(tool, arguments)
+                result = await self._unless_dropped(client.call_tool(tool, arguments))
             except MCPError as error:
                 if error.code != mcp_types.CONNECTION_CLOSED and not self._session_gone:
                     return ToolResult(f"{name} failed: {error.error.message}", True)
@@ -298,12 +323,27 @@ class MCPTools(ServerTools):
             except (httpx2.TransportError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as error:
                 failure = error
             else:
-                return tool_result(result)
+                if result is not None:
+                    return tool_result(result)
             if self._client is client:
                 self._dropped.set()  # the session is gone: reopen it, and wait for it on the next turn
                 self._client = None
                 self._connected.clear()
         return ToolResult(f"{name} failed: the MCP server is unreachable ({failure})", True)
+
+    async def _unless_dropped(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """The call's result, or None when the session drops first (over HTTP the SDK would wait on)."""
+        calling = asyncio.ensure_future(call)
+        dropped = asyncio.ensure_future(self._dropped.wait())
+        try:
+            await asyncio.wait((calling, dropped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dropped.cancel()
+            if not calling.done():
+                calling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await calling
+        return None if calling.cancelled() else calling.result()
 
     # Forwarded headers -------------------------------------------------------------------------------------------
 
@@ -335,6 +375,14 @@ class MCPTools(ServerTools):
         headers = self._forwarded.get()
         if headers:
             request.headers.update(headers)
+
+
+def _names(names: str | Iterable[str], option: str) -> tuple[str, ...]:
+    """A list of names, where one string is one name (not its characters)."""
+    listed = (names,) if isinstance(names, str) else tuple(names)
+    if not all(isinstance(name, str) and name for name in listed):
+        raise ConfigurationError(f"MCP {option} must be a name or a list of names, got {names!r}")
+    return listed
 
 
 def _reason(error: BaseException) -> str:

@@ -19,6 +19,7 @@ from .observe import Observer, RoundCallback
 from .precall import has_pre_call
 from .routes import warn_uncovered
 from .surfaces import Surface, surfaces
+from .tools import share_tools
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -81,6 +82,7 @@ class AgenticLoopMiddleware:
             gates_see_stream=gates_see_stream,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
+        share_tools(self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)
         self.setup = LoopSetup(
             app,

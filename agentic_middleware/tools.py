@@ -152,6 +152,7 @@ class ServerTools(AgenticHook):
         if len(self.by_name) < len(tools):
             names = [tool.name for tool in tools]
             raise ConfigurationError(f"two server tools are named {next(n for n in names if names.count(n) > 1)!r}")
+        self.peers: tuple[ServerTools, ...] = (self,)  # the middleware's ServerTools-family hooks (`share_tools`)
         unknown = sorted(set(self.native.values()) - set(self.by_name))
         if unknown:
             raise ConfigurationError(f"native maps to tools that are not served: {unknown}")
@@ -214,10 +215,14 @@ class ServerTools(AgenticHook):
         ours = [surface.tool_definition(t.name, t.description, t.input_schema) for t in self.by_name.values()]
         return {**request, "tools": [*kept, *ours]}
 
+    def _owner(self, name: str) -> ServerTools | None:
+        """The hook of this middleware that serves the tool `name` now, if any."""
+        return next((peer for peer in self.peers if name in peer.by_name), None)
+
     def _claimed(self, surface: Surface, response: Any) -> list[dict[str, Any]]:
         """Our calls in the first alternative answer that has any: one conversation goes on (chat's `n` > 1)."""
         for group in surface.call_groups(response):
-            ours = [call for call in group if surface.call_name(call) in self.by_name]
+            ours = [call for call in group if self._owner(surface.call_name(call)) is not None]
             if ours:
                 return ours
         return []
@@ -239,6 +244,9 @@ class ServerTools(AgenticHook):
         self, claim: dict[str, Any], messages: list[Any], response: Any, logging_obj: Any, kwargs: dict[str, Any]
     ) -> AgenticLoopPlan:
         """Run every claimed call concurrently, then rerun with the assistant turn and the results.
+
+        The claimed calls are those of every ServerTools-family hook of the middleware (`share_tools`), each run
+        by the hook that serves it under that hook's timeout: one turn's calls to several servers make one round.
 
         Calls to the client's own tools in the same turn are left out of it: the model is asked again with our
         results and calls the client's tool again if it still needs it, so the client only ever sees its own.
@@ -265,21 +273,21 @@ class ServerTools(AgenticHook):
     ) -> tuple[ToolResult, NativeRun | None]:
         """One call's result, and its native record when the client declared the tool natively."""
         name = surface.call_name(call)
-        tool = self.by_name.get(name)
-        if tool is None:
+        owner = self._owner(name)
+        tool = owner.by_name.get(name) if owner is not None else None
+        if owner is None or tool is None:
             return ToolResult(f"{name} is no longer served", True), None
+        timeout = owner.timeout
         options = native.declared.get(name) if native is not None else None
         if native is None or options is None:
-            return await tool(surface.call_input(call), self.timeout, logging_obj), None
+            return await tool(surface.call_input(call), timeout, logging_obj), None
         query = query_of(surface.call_input(call))
         client_name = str(options.declared.get("name") or name)
         if not native.take(name):
             return native.exceeded(name, options), NativeRun(
                 call, client_name, query, native.exceeded(name, options), MAX_USES_EXCEEDED
             )
-        result = native.restricted(
-            await tool(surface.call_input(call), self.timeout, logging_obj, options), options, query
-        )
+        result = native.restricted(await tool(surface.call_input(call), timeout, logging_obj, options), options, query)
         return result, NativeRun(call, client_name, query, result, UNAVAILABLE if result.is_error else None)
 
     async def async_build_agentic_loop_plan(
@@ -331,6 +339,18 @@ class ServerTools(AgenticHook):
         native = surface_for(kwargs["_agentic_loop_api_surface"]).native_format() if recorded else None
         if native is not None:
             response = native.record(response, recorded)
-        if not self.keep_trace:
+        if not any(peer.keep_trace for peer in self.peers):
             return response
         return {**response, TRACE_FIELD: [*plan.metadata[TRACE_FIELD], *(response.get(TRACE_FIELD) or [])]}
+
+
+def share_tools(hooks: Iterable[object]) -> None:
+    """Make the ServerTools-family hooks of one middleware serve each other's calls.
+
+    The loop lets the first hook that acts decide a round. Were each of these hooks to claim only its own calls,
+    a turn calling tools of several (say, several MCP servers) would run one hook's calls and drop or defer the
+    rest; instead whichever acts first runs them all, concurrently, and reruns once.
+    """
+    family = tuple(hook for hook in hooks if isinstance(hook, ServerTools))
+    for hook in family:
+        hook.peers = family
