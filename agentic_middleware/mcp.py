@@ -51,7 +51,8 @@ class MCPTools(ServerTools):
     each call, and the connection (at least 30 s). `headers` go with every HTTP request to the server;
     `forward_headers` names headers of the client's request that go with each call made for it (per-user auth).
     A server that cannot be reached at start-up leaves its tools out (and keeps being retried), unless
-    `required`, which fails the start.
+    `required`, which fails the start. `max_connections` bounds the HTTP connections to the server (each call in
+    flight holds one, the change stream one more; None for no bound).
     """
 
     mode = "auto"
@@ -68,6 +69,7 @@ class MCPTools(ServerTools):
         headers: Mapping[str, str] | None = None,
         forward_headers: str | Iterable[str] = (),
         required: bool = False,
+        max_connections: int | None = 100,
     ) -> None:
         super().__init__(tools=(), timeout=timeout)
         self.server = server
@@ -77,6 +79,7 @@ class MCPTools(ServerTools):
         self.headers = dict(headers or {})
         self.forward_headers = tuple(name.lower() for name in _names(forward_headers, "forward_headers"))
         self.required = required
+        self.max_connections = max_connections
         self._check()
         self.connect_timeout = max(timeout, MIN_CONNECT_TIMEOUT)
         self.label = server if isinstance(server, str) else " ".join(server)
@@ -108,6 +111,11 @@ class MCPTools(ServerTools):
             raise ConfigurationError(f"MCP server {self.server!r}: headers go to HTTP servers only, not to stdio")
         if not all(isinstance(key, str) and isinstance(value, str) for key, value in self.headers.items()):
             raise ConfigurationError(f"MCP headers must map names to strings, got {self.headers!r}")
+        limit = self.max_connections
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 2):
+            raise ConfigurationError(
+                f"MCP max_connections must be a whole number of at least 2, or None, got {limit!r}"
+            )
         if not isinstance(self.required, bool):
             raise ConfigurationError(f"MCP required must be true or false, got {self.required!r}")
         if not isinstance(self.timeout, int | float) or isinstance(self.timeout, bool) or not self.timeout > 0:
@@ -212,7 +220,8 @@ class MCPTools(ServerTools):
                 http = await stack.enter_async_context(
                     httpx2.AsyncClient(
                         headers=self.headers,
-                        timeout=httpx2.Timeout(self.timeout, read=None),
+                        timeout=httpx2.Timeout(self.timeout, read=None),  # a call waits for a connection
+                        limits=httpx2.Limits(max_connections=self.max_connections),  # no longer than `timeout`
                         event_hooks={"request": [self._add_forwarded], "response": [self._watch_session]},
                     )
                 )
@@ -277,7 +286,21 @@ class MCPTools(ServerTools):
         for wanted in self.allowed_tools or ():
             if not any(fnmatch.fnmatchcase(name, wanted) for name in names):
                 logger.warning("MCP server %s: allowed tool %r matches none of its tools", self.label, wanted)
-        self.replace_tools(self._declared(tool) for tool in listed if self._allowed(tool.name))
+        served: dict[str, tuple[str, ServerTool]] = {}
+        for tool in listed:
+            if not self._allowed(tool.name):
+                continue
+            declared = self._declared(tool)
+            if declared.name in served:  # `get.user` and `get_user`, or two long names cut at 64 characters
+                first = served[declared.name][0]
+                logger.warning(
+                    "MCP server %s: tools %r and %r would both be declared as %r: %r is served, %r left out "
+                    "(deny one of them, or give it another name on the server)",
+                    *(self.label, first, tool.name, declared.name, first, tool.name),
+                )
+                continue
+            served[declared.name] = (tool.name, declared)
+        self.replace_tools(declared for _, declared in served.values())
         logger.info("MCP server %s: serving %s", self.label, ", ".join(self.by_name) or "no tools")
 
     def _allowed(self, name: str) -> bool:
@@ -438,7 +461,10 @@ def from_config(entries: object, where: str) -> tuple[MCPTools, ...]:
     """The hooks a YAML `mcp_servers` list describes: each entry has `url` or `command`, and MCPTools' options."""
     if not isinstance(entries, list):
         raise ConfigurationError(f"{where} must be a list of servers, got {entries!r}")
-    options = {"prefix", "allowed_tools", "denied_tools", "timeout", "headers", "forward_headers", "required"}
+    options = {
+        *("prefix", "allowed_tools", "denied_tools", "timeout", "headers", "forward_headers", "required"),
+        "max_connections",
+    }
     hooks = []
     for number, entry in enumerate(entries):
         at = f"{where}[{number}]"

@@ -39,7 +39,8 @@ STDIO = [sys.executable, str(Path(__file__).with_name("mcp_server.py"))]
 class MCPHTTPServer:
     """The test MCP server under uvicorn on 127.0.0.1; `restart()` stops it and serves a fresh one on the same port."""
 
-    def __init__(self) -> None:
+    def __init__(self, serving: Callable[[], Any] = build) -> None:
+        self.serving = serving  # makes the MCP server
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -54,7 +55,7 @@ class MCPHTTPServer:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.sock.bind(("127.0.0.1", self.port))
         self.server = uvicorn.Server(
-            uvicorn.Config(build().streamable_http_app(), log_level="warning", timeout_graceful_shutdown=1)
+            uvicorn.Config(self.serving().streamable_http_app(), log_level="warning", timeout_graceful_shutdown=1)
         )
         self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
         while not self.server.started:

@@ -3,11 +3,13 @@ against real MCP servers written with the `mcp` SDK (tests/mcp_server.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from mcp.server.mcpserver import MCPServer
 from support import Route
-from test_mcp import MCPHTTPServer, answer_with_results, ask, declared, gateway, mcp_http, route
+from test_mcp import MCPHTTPServer, answer_with_results, ask, declared, gateway, mcp_http, results, route
 
 from agentic_middleware import ConfigurationError, ServerTools, load_config, server_tool
 from agentic_middleware.mcp import MCPTools
@@ -89,3 +91,53 @@ async def test_one_turn_calling_several_servers_and_local_tools_runs_them_all_in
         text = await ask(route, app)
     assert len(model.requests) == 2
     assert text == "one: a word | two: a word | here"
+
+
+def _clashing() -> MCPServer:
+    server = MCPServer("clashing")
+    server.add_tool(lambda: "dotted", name="get.user", description="The dotted one.")
+    server.add_tool(lambda: "underscored", name="get_user", description="The underscored one.")
+    return server
+
+
+async def test_two_tools_of_one_server_with_one_model_name_are_named_in_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = MCPHTTPServer(_clashing)
+    await server.start()
+    try:
+        hook = MCPTools(server.url)
+        async with gateway(ScriptedModel(), hook):
+            assert hook.declared_tool_names() == ["get_user"]
+            assert await hook.by_name["get_user"].run() is not None
+    finally:
+        await server.stop()
+    warning = next(r.getMessage() for r in caplog.records if "would both be declared" in r.getMessage())
+    assert "'get.user' and 'get_user' would both be declared as 'get_user': 'get.user' is served" in warning
+
+
+async def test_an_image_alone_on_chat_is_a_note_without_a_blank_first_line(mcp_http: MCPHTTPServer) -> None:
+    route = Route("chat")
+    model = ScriptedModel(route.calls(("picture", {}, "c1")), route.text("done"))
+    async with gateway(model, MCPTools(mcp_http.url)) as app:
+        await ask(route, app)
+    assert results(route, model.requests[1])["c1"][0].startswith("[image image/png: not shown")
+
+
+async def test_max_connections_bounds_the_pool_and_a_call_fits_beside_those_in_flight(
+    mcp_http: MCPHTTPServer,
+) -> None:
+    route = Route("messages")
+    slow = ScriptedModel(route.calls(("slow", {}, "s1"), ("slow", {}, "s2")), route.text("slow done"))
+    quick = ScriptedModel(route.calls(("define", {"word": "fits"}, "q1")), answer_with_results(route))
+    hook = MCPTools(mcp_http.url, timeout=30, max_connections=4)  # the change stream, two slow calls, one more
+    async with gateway(slow, hook) as slow_app, gateway(quick, hook) as quick_app:
+        waiting = asyncio.ensure_future(ask(route, slow_app))
+        async with asyncio.timeout(30):
+            while mcp_http.connections() < 3:
+                await asyncio.sleep(0.02)
+        assert await ask(route, quick_app) == "fits: a word"
+        assert not waiting.done()
+        assert await waiting == "slow done"
+    with pytest.raises(ConfigurationError, match="max_connections must be a whole number of at least 2"):
+        MCPTools(mcp_http.url, max_connections=1)

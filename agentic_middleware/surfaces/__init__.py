@@ -48,7 +48,7 @@ class ToolResult(NamedTuple):
         notes = (
             f"[image {image.media_type}: not shown, this API takes text only in tool results]" for image in self.images
         )
-        return "\n".join((self.content, *notes)) if self.images else self.content
+        return "\n".join((self.content, *notes) if self.content else notes) if self.images else self.content
 
 
 class Claims(NamedTuple):
