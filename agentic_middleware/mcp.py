@@ -174,6 +174,7 @@ class MCPTools(ServerTools):
         delay = FIRST_RETRY
         while not self._closing:
             self._wake.clear()
+            attempt, self._outcome = self._outcome, None  # the calls waiting before this attempt began
             try:
                 async with self._open() as client:
                     await self._refresh(client)
@@ -181,7 +182,8 @@ class MCPTools(ServerTools):
                     self._client = client
                     self._dropped.clear()
                     self._connected.set()
-                    self._settle(True)
+                    self._settle(attempt, True)
+                    self._settle(self._outcome, True)
                     if not first.done():
                         first.set_result(None)
                     elif delay > FIRST_RETRY:
@@ -196,22 +198,24 @@ class MCPTools(ServerTools):
                     first.set_exception(error)
                 else:
                     logger.debug("MCP server %s: connection failed: %r", self.label, error)
-                self._settle(False)
+                self._settle(attempt, False)  # those waiting since it began wait for the next one
             finally:
                 self._client = None
                 self._connected.clear()
                 if self._closing:
-                    self._settle(False)
+                    self._settle(attempt, False)
+                    self._settle(self._outcome, False)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()  # a call waiting for the server cuts the wait short
             delay = min(delay * 2, LAST_RETRY)
 
-    def _settle(self, connected: bool) -> None:
-        """Tell the calls waiting for the current attempt how it ended; later calls wait for the next one."""
-        outcome, self._outcome = self._outcome, None
+    def _settle(self, outcome: asyncio.Future[bool] | None, connected: bool) -> None:
+        """Tell the calls waiting for a connection attempt how it ended."""
         if outcome is not None and not outcome.done():
             outcome.set_result(connected)
+        if outcome is self._outcome:
+            self._outcome = None
 
     @contextlib.asynccontextmanager
     async def _open(self) -> AsyncIterator[Client]:
