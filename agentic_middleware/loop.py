@@ -374,6 +374,7 @@ class AgenticLoop:
             call_id=self.call_id,
             logging_obj=self.logging_obj,
             call=self.call_hook,
+            state=self.dispatch.scope["state"],
         )
         if self.streaming and not result.stream:  # turned into a non-stream: the app answers whole (buffered)
             result.body = {

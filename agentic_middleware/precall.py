@@ -17,7 +17,7 @@ plain strings, which compare equal to its `CallTypes` members.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import HookError
@@ -79,6 +79,20 @@ def model_call_details(body: dict[str, Any], provider: str, state: dict[str, Any
     }
 
 
+def _is_identity(name: str) -> bool:
+    """Fields that name the caller in LiteLLM's proxy: only the gateway may set them."""
+    return name.startswith("user_api_key") or name == "litellm_metadata"
+
+
+def caller_hash(state: Mapping[str, Any]) -> str | None:
+    """The caller's key hash: `request.state.user_api_key_hash`, else the `api_key` of its `user_api_key_auth`."""
+    value = state.get("user_api_key_hash")
+    if value is None:
+        auth = state.get("user_api_key_auth")
+        value = auth.get("api_key") if isinstance(auth, dict) else getattr(auth, "api_key", None)
+    return value if isinstance(value, str) and value else None
+
+
 class PreCall:
     """The result of the lifecycle: the request body, whether gates see a stream, and the keys hooks added."""
 
@@ -99,11 +113,17 @@ async def run_pre_call(
     call_id: str,
     logging_obj: AgenticLoopLogging,
     call: Callable[..., Awaitable[Any]],
+    state: Mapping[str, Any],
 ) -> PreCall:
     """Run every hook's pre-call methods over one request, in LiteLLM's order; `call` calls one hook method."""
-    kwargs: dict[str, Any] = dict(body)
-    if isinstance(kwargs.get("metadata"), dict):
-        kwargs["metadata"] = dict(kwargs["metadata"])  # hooks write their records here: not into the body
+    # Identity is the gateway's to say, never the client's: fields LiteLLM's proxy sets from the caller's key are
+    # dropped from what the client sent, and `user_api_key_hash` comes from `request.state` alone (hooks key
+    # per-caller state by it, e.g. session-scoped code sandboxes).
+    kwargs: dict[str, Any] = {name: value for name, value in body.items() if not _is_identity(name)}
+    if isinstance(kwargs.get("metadata"), dict):  # hooks write their records here: not into the body
+        kwargs["metadata"] = {name: value for name, value in kwargs["metadata"].items() if not _is_identity(name)}
+    if (caller := caller_hash(state)) is not None:
+        kwargs["user_api_key_hash"] = caller
     kwargs.update(stream=stream, litellm_call_id=call_id, custom_llm_provider=provider, litellm_logging_obj=logging_obj)
     if stream and stream_options is not None:
         kwargs["stream_options"] = stream_options

@@ -199,3 +199,29 @@ async def test_a_request_edited_in_place_is_sent_edited() -> None:
     app = AgenticLoopMiddleware(model, hooks=[InPlace()])
     await openai_client(app).chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "hi"}])
     assert model.requests[0].body["messages"] == [{"role": "user", "content": "edited in place"}]
+
+
+@pytest.mark.parametrize("route", [MESSAGES, CHAT], ids=str)
+async def test_the_caller_identity_comes_from_request_state_never_from_the_client(route: Route) -> None:
+    """Hooks key per-caller state (LiteLLM's session-scoped code sandboxes) by `user_api_key_hash`."""
+    hook = PreCallHook()
+    model = ScriptedModel(route.text("a"), route.text("b"))
+    app = AgenticLoopMiddleware(model, hooks=[hook])
+
+    async def as_caller(scope: Any, receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})["user_api_key_auth"] = {"api_key": "hash-of-caller-a"}
+        await app(scope, receive, send)
+
+    spoof = {
+        "user_api_key_hash": "hash-of-victim",
+        "user_api_key_alias": "victim",
+        "litellm_metadata": {"session_id": "s1"},
+        "metadata": {"session_id": "s1", "user_api_key_hash": "hash-of-victim"},
+    }
+    for gateway, expected in ((as_caller, "hash-of-caller-a"), (app, None)):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://g") as client:
+            assert (await client.post(route.path, json=route.request("hi", **spoof))).status_code == 200
+        kwargs = hook.calls[-1 if route is CHAT else -2][2]
+        assert kwargs.get("user_api_key_hash") == expected
+        assert "user_api_key_alias" not in kwargs and "litellm_metadata" not in kwargs
+        assert kwargs["metadata"] == {"session_id": "s1"}
