@@ -1,8 +1,8 @@
-"""The agentic loop of one client request: the same code for both routes.
+"""The agentic loop of one client request: the same code for every route.
 
-Each round buffers the model app's answer, asks the hooks in order, and
-either ends with one response to the client or re-dispatches a patched
-request to the app. Safety (the loop limit, repeated tool calls) is checked
+Each round reads the model app's whole answer (buffered, or forwarded live as it is read: `live.py`), asks
+the hooks in order, and either ends with one response to the client or re-dispatches a patched request to
+the app. Safety (the loop limit, repeated tool calls) is checked
 after a gate says yes and before its plan is built.
 """
 

@@ -25,9 +25,9 @@ logger = logging.getLogger("agentic_middleware")
 
 
 class AgenticLoopMiddleware:
-    """Runs server-side tool loops for non-streaming JSON requests on the model routes.
+    """Runs server-side tool loops for JSON requests on the model routes, streaming ones included (`stream_mode`).
 
-    `hooks` (instances or dotted paths) are asked about every buffered answer, in
+    `hooks` (instances or dotted paths) are asked about every whole answer, in
     order. `config` is a YAML file (or settings from `load_config`); options given
     here win over it, and `hooks` given here replace its callbacks.
     """
