@@ -367,8 +367,10 @@ def responses_end(emit: ResponsesSequence, response: Mapping[str, Any]) -> bytes
     return emit(_TERMINAL.get(response.get("status"), "response.completed"), response=response)  # type: ignore[arg-type]
 
 
-def responses_failed(message: str, code: str, response_id: str | None = None) -> bytes:
-    """A failed Responses stream: `response.created`, then `response.failed` carrying the error.
+def responses_failed(
+    message: str, code: str, response_id: str | None = None, error_type: str = "server_error"
+) -> bytes:
+    """A failed Responses stream: `response.created`, then `response.failed` carrying the error, then `error`.
 
     The SDKs' stream helpers read nothing before a `response.created`, so a stream that fails before its
     answer still opens with one.
@@ -383,4 +385,16 @@ def responses_failed(message: str, code: str, response_id: str | None = None) ->
         "error": None,
     }
     failed = {**response, "status": "failed", "error": {"code": code, "message": message}}
-    return emit("response.created", response=response) + emit("response.failed", response=failed)
+    return (
+        emit("response.created", response=response)
+        + emit("response.failed", response=failed)
+        + responses_error(emit, message, code, error_type)
+    )
+
+
+def responses_error(emit: ResponsesSequence, message: str, code: str, error_type: str) -> bytes:
+    """The `error` event that follows a `response.failed`: the fields of the API's own `error` event, and an `error`
+    object, which is what the openai SDK raises an `APIError` on (a `response.failed` alone ends its stream helper
+    with a bare `RuntimeError`)."""
+    error = {"message": message, "type": error_type, "param": None, "code": code}
+    return emit("error", code=code, message=message, param=None, error=error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import openai
 import orjson
 import pytest
 from conftest import http_client, openai_client
@@ -479,7 +480,10 @@ async def test_a_failed_loop_in_a_stream_is_a_failed_response() -> None:
     )
     client = openai_client(AgenticLoopMiddleware(model, hooks=[tools_hook()]))
 
-    events = [event async for event in await client.responses.create(model="m", input="x", stream=True)]
+    events = []
+    with pytest.raises(openai.APIError, match="model down"):  # the `error` event after `response.failed`
+        async for event in await client.responses.create(model="m", input="x", stream=True):
+            events.append(event)
 
     assert [event.type for event in events] == ["response.created", "response.failed"]
     failed = events[1]

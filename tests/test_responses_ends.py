@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import openai
 import pytest
 from conftest import openai_client
+from starlette.responses import JSONResponse, StreamingResponse
 
-from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware import AgenticLoopMiddleware, sse
 from agentic_middleware.closing import DEFAULT_CLOSING_TEXT
 from agentic_middleware.testing import ScriptedModel, function_call, response
 from agentic_middleware.tools import ServerTools, server_tool
@@ -53,3 +55,70 @@ async def test_a_call_without_a_call_id_gets_one_in_the_item_and_its_output() ->
     item, output = model.requests[1].body["input"][1:]
     assert item["type"] == "function_call" and isinstance(item["call_id"], str) and item["call_id"]
     assert output == {"type": "function_call_output", "call_id": item["call_id"], "output": "value of a"}
+
+
+def streamed(body: dict[str, Any]) -> Any:
+    """A scripted reply that streams `body` when the request asks for a stream, as a Responses server does."""
+
+    def reply(request: Any) -> Any:
+        if not request.body.get("stream"):
+            return body
+        return StreamingResponse(iter(list(sse.responses_events(body))), media_type="text/event-stream")
+
+    return reply
+
+
+async def test_a_live_stream_is_one_lifecycle_without_the_claimed_call() -> None:
+    model = ScriptedModel(
+        streamed(response("Let me look.", function_call("lookup", {"key": "k"}, "call_s"))),
+        streamed(response("It is v.")),
+    )
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])]))
+
+    async with client.responses.stream(model="m", input="x") as stream:
+        events = [event async for event in stream]
+        final = await stream.get_final_response()
+
+    assert [request.body.get("stream") for request in model.requests] == [True, True]
+    kinds = [event.type for event in events]
+    assert kinds.count("response.created") == kinds.count("response.in_progress") == 1
+    assert kinds[-1] == "response.completed" and kinds.count("response.completed") == 1
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    added = [event for event in events if event.type == "response.output_item.added"]
+    assert [(event.output_index, event.item.type) for event in added] == [(0, "message"), (1, "message")]
+    assert not any("function_call" in event.type for event in events)
+    assert [item.type for item in final.output] == ["message", "message"]
+    assert final.output_text == "Let me look.It is v."
+    assert final.id == events[0].response.id  # type: ignore[union-attr]
+
+
+async def test_a_first_call_error_keeps_its_status_on_a_stream() -> None:
+    limited = {"error": {"message": "slow down", "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
+    model = ScriptedModel(JSONResponse(limited, 429, headers={"retry-after": "7"}))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])]))
+
+    with pytest.raises(openai.RateLimitError) as raised:
+        async with client.responses.stream(model="m", input="x") as stream:
+            await stream.get_final_response()
+
+    assert raised.value.response.headers["retry-after"] == "7"
+    assert model.requests[0].body["stream"] is True
+
+
+@pytest.mark.parametrize("streaming", [None, "buffered"])
+async def test_a_failure_after_the_stream_began_is_an_api_error_of_the_sdk(streaming: str | None) -> None:
+    down = {"error": {"message": "model down", "type": "server_error", "param": None, "code": None}}
+    model = ScriptedModel(
+        streamed(response("Let me look.", function_call("lookup", {"key": "k"}))), JSONResponse(down, 503)
+    )
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming=streaming))
+    kinds = []
+
+    with pytest.raises(openai.APIError) as raised:
+        async with client.responses.stream(model="m", input="x") as stream:
+            async for event in stream:
+                kinds.append(event.type)
+
+    assert raised.value.message == "model down"
+    assert kinds[0] == "response.created" and kinds[-1] == "response.failed"
+    assert kinds.count("response.created") == 1

@@ -197,10 +197,18 @@ def test_a_failure_after_the_start_ends_the_same_lifecycle() -> None:
     failure = relay.error_event(502, "the model app failed", "model_app_error")
     assert failure is not None
     events = parsed(b"".join([*client, failure]))
-    assert events[-1]["type"] == "response.failed"
-    assert events[-1]["response"]["id"] == first["id"]
-    assert events[-1]["response"]["error"] == {"code": "model_app_error", "message": "the model app failed"}
-    assert events[-1]["sequence_number"] == events[-2]["sequence_number"] + 1
+    failed, error = events[-2:]
+    assert failed["type"] == "response.failed"
+    assert failed["response"]["id"] == first["id"]
+    assert failed["response"]["error"] == {"code": "model_app_error", "message": "the model app failed"}
+    assert failed["sequence_number"] == events[-3]["sequence_number"] + 1
+    assert error["type"] == "error" and error["sequence_number"] == failed["sequence_number"] + 1
+    assert error["error"] == {
+        "message": "the model app failed",
+        "type": "server_error",
+        "param": None,
+        "code": "model_app_error",
+    }
 
 
 def test_a_round_whose_stream_ends_early_has_no_body() -> None:

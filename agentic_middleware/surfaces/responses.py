@@ -185,7 +185,7 @@ class Responses(Surface):
         return sse.chat_keepalive()
 
     def error_event(self, status: int, message: str, code: str) -> bytes:
-        return sse.responses_failed(message, code or openai_error_type(status))
+        return sse.responses_failed(message, code or openai_error_type(status), error_type=openai_error_type(status))
 
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         # `strict` off: the API's strict mode wants every property required and no others allowed.
@@ -341,17 +341,20 @@ class ResponsesRelay(StreamRelay):
 
     def error_event(self, status: int, message: str, code: str) -> bytes | None:
         """After the lifecycle began, a failure is its terminal `response.failed` (a second `response.created`
-        would break the SDKs' accumulators)."""
+        would break the SDKs' accumulators), then the `error` event the openai SDK raises on."""
         if not self.started:
             return None
+        code = code or openai_error_type(status)
         failed = {
             "id": self.response_id,
             "object": "response",
             "status": "failed",
             "output": [*self.earlier, *(self.items[index] for index in sorted(self.released))],
-            "error": {"code": code or openai_error_type(status), "message": message},
+            "error": {"code": code, "message": message},
         }
-        return self.emit("response.failed", response=failed)
+        return self.emit("response.failed", response=failed) + sse.responses_error(
+            self.emit, message, code, openai_error_type(status)
+        )
 
 
 _NATIVE = ResponsesNative()
