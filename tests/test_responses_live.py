@@ -95,7 +95,10 @@ async def test_a_failure_mid_stream_is_the_same_lifecycles_failed_response() -> 
 
     async with serving(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])) as url:
         client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
-        received = [event async for event in await client.responses.create(model="m", input="go", stream=True)]
+        received = []
+        with pytest.raises(openai.APIError, match="model down"):  # the `error` event after `response.failed`
+            async for event in await client.responses.create(model="m", input="go", stream=True):
+                received.append(event)
 
     kinds = [event.type for event in received]
     assert kinds.count("response.created") == 1 and kinds[-1] == "response.failed"
