@@ -122,3 +122,55 @@ async def test_a_failure_after_the_stream_began_is_an_api_error_of_the_sdk(strea
     assert raised.value.message == "model down"
     assert kinds[0] == "response.created" and kinds[-1] == "response.failed"
     assert kinds.count("response.created") == 1
+
+
+class StoringModel:
+    """A Responses app that stores like OpenAI: `previous_response_id` must name a stored response, and every
+    `function_call` in the context (stored and new) needs its output, else 400."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.stored: dict[str, list[Any]] = {}
+        self.model = ScriptedModel(default=self.reply)
+
+    def reply(self, request: Any) -> Any:
+        body = request.body
+        previous = body.get("previous_response_id")
+        if previous is not None and previous not in self.stored:
+            return JSONResponse({"error": {"message": f"Previous response with id '{previous}' not found."}}, 404)
+        items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+        context = [*self.stored.get(previous, []), *items]
+        answered = {item.get("call_id") for item in context if item.get("type") == "function_call_output"}
+        for item in context:
+            if item.get("type") == "function_call" and item["call_id"] not in answered:
+                message = f"No tool output found for function call {item['call_id']}."
+                return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, 400)
+        result = self.answer(body)
+        if body.get("store", True):
+            self.stored[result["id"]] = [*context, *result["output"]]
+        return result
+
+
+@pytest.mark.parametrize("end", ["answer", "cap", "repeat"])
+async def test_a_follow_up_by_previous_response_id_works_on_a_store_that_checks_tool_outputs(end: str) -> None:
+    keys = itertools.count()
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("previous_response_id"):
+            return response("Follow-up answered.")
+        if body.get("tool_choice") == "none":  # the closing call: tools off
+            return response("What I have.")
+        if end == "answer" and isinstance(body["input"], list):
+            return response("The value is v.")
+        key = "same" if end == "repeat" else str(next(keys))
+        return response(function_call("lookup", {"key": key}, f"call_{next(keys)}_{key}"))
+
+    store = StoringModel(answer)
+    client = openai_client(AgenticLoopMiddleware(store.model, hooks=[ServerTools([lookup])], max_agentic_loops=2))
+
+    first = await client.responses.create(model="m", input="q")
+    follow_up = await client.responses.create(model="m", input="and then?", previous_response_id=first.id)
+
+    assert follow_up.output_text == "Follow-up answered."
+    assert first.id in store.stored and first.output_text
+    assert store.model.requests[-1].body["previous_response_id"] == first.id
