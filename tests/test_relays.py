@@ -188,6 +188,29 @@ def test_a_final_answer_that_rewrites_streamed_text_is_refused(surface: Any) -> 
     assert b"Appended." in b"".join(relay.finish(extended))
 
 
+def test_a_final_answer_that_extends_the_last_streamed_text_streams_the_rest() -> None:
+    """A post hook appending to the final text: the rest follows as a text block of its own."""
+    relay = MESSAGES.relay(None)
+    assert relay is not None
+    client = relay_round(relay, b"".join(sse.messages_events(message("Let me look.", tool_use(SERVER_TOOL, {})))), [])
+    relay.begin_round()
+    last = message("The answer")
+    client += relay_round(relay, b"".join(sse.messages_events(last)), [3])
+    cited = same_json(last)
+    cited["content"][-1]["text"] += " (source: x)"
+    client += relay.finish(cited)
+    got = asyncio.run(anthropic_final(client))
+    assert [block.text for block in got.content if block.type == "text"] == [
+        "Let me look.",
+        "The answer",
+        " (source: x)",
+    ]
+    relay = MESSAGES.relay(None)
+    relay_round(relay, b"".join(sse.messages_events(last)), [])
+    with pytest.raises(StreamMismatch):  # text that went out, changed, is still a rewrite
+        relay.finish(same_json(message("The answex (source: x)")))
+
+
 def test_nothing_streamed_writes_the_whole_answer() -> None:
     body = chat_completion("All at once.", usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
     relay = CHAT.relay({"include_usage": True})

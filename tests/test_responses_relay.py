@@ -166,6 +166,29 @@ def test_an_override_follows_what_was_streamed_and_a_rewrite_is_refused() -> Non
     assert [item.content[0].text for item in got.output] == ["Let me look.", "The override."]  # type: ignore[union-attr]
 
 
+def test_a_final_answer_that_extends_the_last_streamed_text_streams_the_rest() -> None:
+    """A post hook appending to the final text: the rest follows as a message item of its own."""
+    relay = RESPONSES.relay(None)
+    assert relay is not None
+    first = response("Let me look.", function_call(SERVER_TOOL, {"q": 1}))
+    client = relay_round(relay, b"".join(sse.responses_events(first)), [])
+    relay.begin_round()
+    last = response("The answer")
+    client += relay_round(relay, b"".join(sse.responses_events(last)), [7])
+    cited = same_json(last)
+    cited["output"][-1]["content"][-1]["text"] += " (source: x)"
+    client += relay.finish(cited)
+    got = asyncio.run(sdk_final(client))
+    texts = [item.content[0].text for item in got.output]  # type: ignore[union-attr]
+    assert texts == ["Let me look.", "The answer", " (source: x)"]
+    assert got.output_text == "Let me look.The answer (source: x)"
+    assert len({item.id for item in got.output}) == 3
+    relay = RESPONSES.relay(None)
+    relay_round(relay, b"".join(sse.responses_events(last)), [])
+    with pytest.raises(StreamMismatch):  # text that went out, changed, is still a rewrite
+        relay.finish(same_json(response("The answex (source: x)")))
+
+
 def test_nothing_streamed_writes_the_whole_answer() -> None:
     body = response("All at once.")
     relay = RESPONSES.relay(None)

@@ -269,13 +269,28 @@ class MessagesRelay(StreamRelay):
             events += self.held
         else:
             sent = [] if fresh else [self.blocks[index] for index in range(self.sent)]
+            more: list[Any] = []
             if content[: len(sent)] != sent:
-                raise StreamMismatch("the answer's content differs from the blocks already streamed")
+                rest = _text_rest(sent[-1], content[len(sent) - 1]) if content[: len(sent) - 1] == sent[:-1] else None
+                if rest is None:
+                    raise StreamMismatch("the answer's content differs from the blocks already streamed")
+                more = [{"type": "text", "text": rest}]  # the last text block, extended: the rest is a block of its own
             first = self.base + self.sent
-            for position, block in enumerate(content[len(sent) :]):
+            for position, block in enumerate([*more, *content[len(sent) :]]):
                 events += sse.messages_block(first + position, block)
         events += sse.messages_end(final)
         return events
+
+
+def _text_rest(sent: Any, final: Any) -> str | None:
+    """What `final` adds to the text block `sent` when it is that block with more text at its end; else None."""
+    if not (isinstance(sent, dict) and isinstance(final, dict) and sent.get("type") == final.get("type") == "text"):
+        return None
+    old, new = sent.get("text"), final.get("text")
+    if not (isinstance(old, str) and isinstance(new, str) and new.startswith(old)):
+        return None
+    same = {**final, "text": old} == sent
+    return new[len(old) :] if same else None
 
 
 def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:

@@ -328,12 +328,16 @@ class ResponsesRelay(StreamRelay):
             whole = output
         else:
             kept = [] if fresh else sent
+            more: list[Any] = []
             if output[: len(kept)] != kept:
-                raise StreamMismatch("the answer's output differs from the items already streamed")
+                extra = _message_rest(kept[-1], output[len(kept) - 1]) if output[: len(kept) - 1] == kept[:-1] else None
+                if extra is None:
+                    raise StreamMismatch("the answer's output differs from the items already streamed")
+                more = [extra]  # the last message's text, extended: the rest is a message item of its own
             first = self.base + len(sent)
-            for position, item in enumerate(output[len(kept) :]):
+            for position, item in enumerate([*more, *output[len(kept) :]]):
                 events += sse.responses_item(self.emit, first + position, item)
-            whole = [*sent, *output[len(kept) :]]
+            whole = [*sent, *more, *output[len(kept) :]]
         events.append(
             sse.responses_end(self.emit, {**final, "id": self.response_id, "output": [*self.earlier, *whole]})
         )
@@ -355,6 +359,26 @@ class ResponsesRelay(StreamRelay):
         return self.emit("response.failed", response=failed) + sse.responses_error(
             self.emit, message, code, openai_error_type(status)
         )
+
+
+def _message_rest(sent: Any, final: Any) -> dict[str, Any] | None:
+    """A message item holding what `final` adds to the message `sent`, when `final` is `sent` with more text at
+    the end of its last `output_text` part; else None."""
+    if not (isinstance(sent, dict) and isinstance(final, dict) and sent.get("type") == final.get("type") == "message"):
+        return None
+    parts, new_parts = sent.get("content"), final.get("content")
+    if not (isinstance(parts, list) and isinstance(new_parts, list) and parts and len(parts) == len(new_parts)):
+        return None
+    part, new_part = parts[-1], new_parts[-1]
+    if not (isinstance(part, dict) and isinstance(new_part, dict) and part.get("type") == "output_text"):
+        return None
+    old, new = part.get("text"), new_part.get("text")
+    if not (isinstance(old, str) and isinstance(new, str) and new.startswith(old)):
+        return None
+    if {**final, "content": [*new_parts[:-1], {**new_part, "text": old}]} != sent:
+        return None
+    rest = {"type": "output_text", "text": new[len(old) :], "annotations": []}
+    return {**sent, "id": f"{sent.get('id') or 'msg'}_more", "content": [rest]}
 
 
 _NATIVE = ResponsesNative()
