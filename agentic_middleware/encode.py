@@ -100,6 +100,17 @@ class _DictWrites(dict[str, Any]):
         self._all_children()
         return dict.copy(self)
 
+    # Copies and pickles are plain (`dict`, or `JSONObject` for response parts), not watched: without this, copy
+    # and pickle would rebuild the object through `__setitem__` before it has a stamp.
+    _plain: Any = dict
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (self._plain, (dict(dict.items(self)),))
+
+    def __copy__(self) -> Any:
+        self._all_children()  # a shallow copy shares children with the history: writes through them must be seen
+        return self._plain(dict.items(self))
+
     def __setitem__(self, key: Any, value: Any) -> None:
         _mark(self)
         dict.__setitem__(self, key, value)
@@ -146,6 +157,7 @@ class WatchedObject(_DictWrites, JSONObject):
     """A sent JSON object that answers attribute access (a `JSONObject` before, as response parts are)."""
 
     __slots__ = ("_stamp",)
+    _plain = JSONObject
 
 
 class WatchedList(list[Any]):
@@ -181,6 +193,12 @@ class WatchedList(list[Any]):
     def copy(self) -> Any:
         self._all_items()
         return list.copy(self)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # copies and pickles are plain lists (see `_DictWrites`)
+        return (list, (list(list.__iter__(self)),))
+
+    def __copy__(self) -> Any:
+        return self.copy()
 
     def __setitem__(self, index: Any, value: Any) -> None:
         _mark(self)

@@ -306,8 +306,9 @@ class AgenticLoop:
         answer = await self.call_app(raw)
         if answer is None:
             return None
+        looping = bool(self.limit)
         self.limit = self.request_limit()  # or by the app, during its first call
-        if not self.limit:
+        if not looping:
             return answer  # no reruns for this request: the app's answer as it is, no hook asked
         while answer.data is not None:
             step = await self.ask_hooks(answer, answer.data)
@@ -325,6 +326,10 @@ class AgenticLoop:
             if answer is None:
                 self.stop_reason = "app_answer"
                 return None
+            if isinstance(step, Closing) and answer.data is not None:  # an empty closing answer gets closing_text
+                filled = self.surface.filled(answer.data, self.settings.closing_text)
+                if filled is not answer.data:
+                    answer = answer.replaced(filled)
         if self.depth:
             self.stop_reason = "app_answer"
         return answer
@@ -411,7 +416,8 @@ class AgenticLoop:
             if refusal is not None:
                 self.finish(refusal, hook)
                 claims = claims_of([claim, *await self.other_claims(hook, response)])
-                if self.settings.closing == "call" and not self.closed:
+                # A limit of 0 (set after the first call) allows no other model call: the claimed calls are removed.
+                if self.settings.closing == "call" and not self.closed and self.limit:
                     self.closed = True
                     body = closing_body(self.surface, self.body, response, claims, refusal, self.limit)
                     if body is not None:

@@ -16,7 +16,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from support import Route, post
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
-from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
+from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, function_call, message, response
 
 CLOSING = "Here is what I found so far."
 
@@ -115,6 +115,44 @@ async def test_a_model_that_calls_tools_anyway_in_the_closing_call_gets_no_secon
     body = response.json()
     assert route.tool_names(body) == [] and route.final_text(body)  # the closing text, never empty
     assert response.headers["x-agentic-loop-ended-by"] == "limit"
+
+
+EMPTY_CLOSINGS = {
+    "messages": [message(), message(""), message({"type": "thinking", "thinking": "hmm", "signature": "s"})],
+    "chat": [chat_completion(None), chat_completion("")],
+}
+
+
+async def test_an_empty_closing_answer_gets_the_closing_text(route: Route) -> None:
+    for empty in EMPTY_CLOSINGS[route.name]:
+        calls = itertools.count(1)
+        model = ScriptedModel(
+            default=lambda request: (
+                empty if tools_off(request) else route.calls(("lookup", {"n": next(calls)}))  # noqa: B023
+            )
+        )
+        app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing_text="Ended.")
+        async with http_client(app) as client:
+            response = await post(client, route, route.request())
+        assert len(model.requests) == 3
+        body = response.json()
+        assert route.final_text(body) == "Ended." and route.tool_names(body) == []
+        if route.name == "messages":
+            assert [block["type"] for block in body["content"]][-1] == "text"
+            assert all(block.get("text", "x") for block in body["content"])  # no empty text block left
+
+
+async def test_an_empty_responses_closing_answer_gets_the_closing_text() -> None:
+    def reply(request: RecordedRequest) -> Any:
+        return response() if tools_off(request) else response(function_call("lookup", {"n": len(model.requests)}))
+
+    model = ScriptedModel(default=reply)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing_text="Ended.")
+    async with http_client(app) as client:
+        answer = await client.post("/v1/responses", json={"model": "m", "input": "hi"})
+    assert len(model.requests) == 3
+    [item] = answer.json()["output"]
+    assert item["type"] == "message" and item["content"][0]["text"] == "Ended."
 
 
 def test_closing_options_are_checked_at_start() -> None:
@@ -229,3 +267,56 @@ async def test_the_agents_sdk_gets_a_final_output_at_the_limit(surface: str) -> 
 
     assert result.final_output == CLOSING
     assert len(model.requests) == 3
+
+
+class LimitInApp:
+    """A model app that sets `request.state.max_agentic_loops` while it answers (as a dependency of its route may)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})["max_agentic_loops"] = self.limit
+        await self.app(scope, receive, send)
+
+
+async def test_a_limit_of_0_set_during_the_first_call_keeps_the_servers_calls_from_the_client(route: Route) -> None:
+    model = eager(route)
+    app = AgenticLoopMiddleware(LimitInApp(model, 0), hooks=[ServerTools([lookup])], closing_text="Ended.")
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+    assert len(model.requests) == 1  # a limit of 0: no other model call, not even the closing one
+    body = response.json()
+    assert route.tool_names(body) == [] and route.final_text(body) == "Ended."
+    assert response.headers["x-agentic-loop-ended-by"] == "limit"
+
+
+class ZeroFromThePlan:
+    """Runs the first rerun with `max_agentic_loops=0` in its patch kwargs."""
+
+    async def async_should_run_agentic_loop(self, response: Any, **_: Any) -> tuple[bool, dict[str, Any]]:
+        calls = [block for block in response["content"] if block["type"] == "tool_use"]
+        return bool(calls), {"tool_calls": calls}
+
+    async def async_build_agentic_loop_plan(self, messages: Any, response: Any, **_: Any) -> Any:
+        from agentic_middleware import AgenticLoopPlan, AgenticLoopRequestPatch
+
+        [call] = [block for block in response["content"] if block["type"] == "tool_use"]
+        history = [
+            *messages,
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}]},
+        ]
+        patch = AgenticLoopRequestPatch(messages=history, kwargs={"max_agentic_loops": 0})
+        return AgenticLoopPlan(run_agentic_loop=True, request_patch=patch)
+
+
+async def test_a_limit_of_0_from_a_plan_ends_without_a_closing_call() -> None:
+    route = Route("messages")
+    model = eager(route)
+    app = AgenticLoopMiddleware(model, hooks=[ZeroFromThePlan()], closing_text="Ended.")
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+    assert len(model.requests) == 2  # the first call and the plan's rerun
+    body = response.json()
+    assert route.tool_names(body) == [] and route.final_text(body) == "Ended."

@@ -83,9 +83,12 @@ class Messages(Surface):
         return {**body, "tool_choice": {"type": "none"}} if body.get("tools") else body
 
     def filled(self, response: dict[str, Any], text: str) -> dict[str, Any]:
-        if response.get("content"):
+        content = response.get("content")
+        blocks = content if isinstance(content, list) else []
+        if (content and not isinstance(content, list)) or any(_answers(block) for block in blocks):
             return response
-        return JSONObject(response, content=[{"type": "text", "text": text}])
+        kept = [block for block in blocks if block.get("type") != "text"]  # an empty text block is refused as history
+        return JSONObject(response, content=[*kept, {"type": "text", "text": text}])
 
     def past_results(self, messages: Any) -> Iterator[tuple[Any, Any, Any]]:
         calls: dict[Any, dict[str, Any]] = {}
@@ -298,3 +301,11 @@ def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
     for key, value in delta.items():
         old = target.get(key)
         target[key] = old + value if isinstance(old, str) and isinstance(value, str) else value
+
+
+def _answers(block: Any) -> bool:
+    """Whether a content block is part of an answer (thinking alone, or empty text, is not one)."""
+    if not isinstance(block, dict):
+        return True
+    kind = block.get("type")
+    return kind not in ("thinking", "redacted_thinking") and (kind != "text" or bool(block.get("text")))

@@ -1,0 +1,111 @@
+"""Hooks copy what they are given (`copy.deepcopy(messages)` before editing, as compression hooks do): the history
+the loop already sent, and parts of the app's answer that a rerun sent, copy (and pickle) as plain JSON values."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import orjson
+from conftest import http_client
+
+from agentic_middleware import AgenticLoopMiddleware, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
+from agentic_middleware.payload import JSONObject
+from agentic_middleware.testing import ScriptedModel, message, tool_use
+
+
+def plain(value: Any) -> None:
+    """Nothing in `value` is a watched container: only dicts, JSONObjects and lists."""
+    assert type(value) in (dict, JSONObject, list, str, int, float, bool, type(None)), type(value)
+    for child in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        plain(child)
+
+
+class Copier(CustomLogger):
+    """Copies everything it is given, in the gate and in the plan, and reruns with a deep copy of the history."""
+
+    def __init__(self) -> None:
+        self.copies: list[Any] = []
+
+    def copied(self, value: Any) -> Any:
+        for made in (copy.deepcopy(value), copy.copy(value), pickle.loads(pickle.dumps(value))):
+            assert made == value
+            assert made is not value
+            self.copies.append(made)
+        deep = copy.deepcopy(value)
+        plain(deep)
+        return deep
+
+    async def async_should_run_agentic_loop(
+        self, response, model, messages, tools, stream, custom_llm_provider, kwargs
+    ):  # type: ignore[no-untyped-def]
+        self.copied(messages)
+        self.copied(response)
+        for turn in messages:
+            self.copied(turn)
+            for block in turn["content"] if isinstance(turn["content"], list) else ():
+                self.copied(block)
+        calls = [block for block in response["content"] if block["type"] == "tool_use"]
+        return bool(calls), {"tool_calls": calls}
+
+    async def async_build_agentic_loop_plan(
+        self,
+        tools,
+        model,
+        messages,
+        response,
+        anthropic_messages_provider_config,
+        anthropic_messages_optional_request_params,
+        logging_obj,
+        stream,
+        kwargs,
+    ):  # type: ignore[no-untyped-def]
+        history = self.copied(messages)
+        for turn in messages:
+            self.copied(turn)
+            for block in turn["content"] if isinstance(turn["content"], list) else ():
+                self.copied(block)
+        call = next(block for block in response["content"] if block["type"] == "tool_use")
+        history += [
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}]},
+        ]
+        return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=history))
+
+
+async def test_deep_copies_and_pickles_of_sent_history_and_answer_blocks_are_plain_and_equal() -> None:
+    model = ScriptedModel(
+        message(tool_use("t", {"q": 1}, id="a")), message(tool_use("t", {"q": 2}, id="b")), message("done")
+    )
+    hook = Copier()
+    app = AgenticLoopMiddleware(model, hooks=[hook])
+    async with http_client(app) as client:
+        reply = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+        )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["content"] == [{"type": "text", "text": "done"}]
+    sent = [orjson.loads(request.raw)["messages"] for request in model.requests]
+    assert len(sent) == 3
+    assert [turn["content"][0].get("tool_use_id") for turn in sent[2][2::2]] == ["a", "b"]
+    assert hook.copies
+
+
+async def test_a_copy_written_to_does_not_change_the_sent_history() -> None:
+    """Editing a deep copy leaves the history the next body reuses as it was sent."""
+
+    class Editor(Copier):
+        async def async_build_agentic_loop_plan(self, tools, model, messages, response, **rest):  # type: ignore[no-untyped-def]
+            stub = copy.deepcopy(messages)
+            stub[0]["content"] = "edited copy"
+            return await super().async_build_agentic_loop_plan(tools, model, messages, response, **rest)
+
+    model = ScriptedModel(message(tool_use("t", {"q": 1})), message(tool_use("t", {"q": 2})), message("done"))
+    app = AgenticLoopMiddleware(model, hooks=[Editor()])
+    async with http_client(app) as client:
+        reply = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+        )
+    assert reply.status_code == 200, reply.text
+    assert all(orjson.loads(request.raw)["messages"][0]["content"] == "hi" for request in model.requests)
