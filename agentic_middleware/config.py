@@ -33,6 +33,23 @@ DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
 DEFAULT_MAX_AGENTIC_LOOPS = 3
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
 MIN_KEEPALIVE = 0.01  # seconds
+# Headers that describe one message, its body or its connection: each internal call has its own.
+PER_CALL_HEADERS = frozenset(
+    (
+        "content-length",
+        "transfer-encoding",
+        "content-encoding",
+        "content-type",
+        "host",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    )
+)
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # latin-1 text without line breaks
 SECTION = "agentic_middleware"
@@ -103,6 +120,17 @@ class Settings:
                 f"internal_headers must map header names to text values (`{{call_id}}` for the loop's call id), "
                 f"got {self.internal_headers!r}"
             )
+        for name, value in self.internal_headers.items():
+            if name.lower() in PER_CALL_HEADERS:
+                raise ConfigurationError(
+                    f"internal_headers may not set {name!r}: the middleware writes it for each internal call"
+                )
+            unknown = [found for found in _PLACEHOLDER.findall(value) if found != "call_id"]
+            if unknown:
+                raise ConfigurationError(
+                    f"internal_headers[{name!r}] has an unknown placeholder {{{unknown[0]}}}: "
+                    "the only one is {call_id}"
+                )
         if self.closing not in CLOSING_MODES:
             raise ConfigurationError(f"closing must be one of {', '.join(CLOSING_MODES)}, got {self.closing!r}")
         if not isinstance(self.closing_text, str) or not self.closing_text.strip():
@@ -171,7 +199,7 @@ def warn_if_litellm_runs(hooks: Iterable[object], final: bool = False) -> bool:
     registered = getattr(litellm, "callbacks", None) if litellm is not None else None
     if not isinstance(registered, list):
         return final
-    shared = [hook for hook in hooks if any(hook is callback for callback in registered)]
+    shared = [hook for hook in hooks if any(_same_hook(hook, callback) for callback in registered)]
     if not shared:
         return final
     logger.warning(
@@ -182,6 +210,36 @@ def warn_if_litellm_runs(hooks: Iterable[object], final: bool = False) -> bool:
         ", ".join(type(hook).__name__ for hook in shared),
     )
     return True
+
+
+def _same_hook(ours: object, theirs: object) -> bool:
+    """The same object, or the same hook loaded twice.
+
+    LiteLLM's loader runs a config folder's module file anew (not through `sys.modules`), so its instance is
+    another object: of another copy of a class defined in that file (same module name, qualified name and source
+    file), or of a library class such as `ServerTools` configured the same way (the same repr, memory addresses
+    aside). Two instances of one class whose repr says nothing of them are taken for two hooks.
+    """
+    if ours is theirs:
+        return True
+    mine, other = type(ours), type(theirs)
+    if mine is not other:
+        return _origin(mine) == _origin(other)
+    shown = _shown(ours)
+    return mine.__repr__ is not object.__repr__ and shown == _shown(theirs)
+
+
+def _origin(kind: type) -> tuple[str, str, str | None]:
+    """Where a class was defined: its module's name, its qualified name, and the file of its first method."""
+    code = next((value.__code__ for value in vars(kind).values() if hasattr(value, "__code__")), None)
+    return kind.__module__, kind.__qualname__, code.co_filename if code is not None else None
+
+
+def _shown(hook: object) -> str:
+    try:
+        return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(hook))
+    except Exception:
+        return object.__repr__(hook)
 
 
 def resolve_hooks(entries: Iterable[object], where: str, folder: Path | None = None) -> tuple[object, ...]:

@@ -418,3 +418,74 @@ async def test_hooks_in_the_real_litellm_callbacks_are_reported(caplog: pytest.L
     finally:
         litellm.callbacks.remove(hook)
     assert "also in litellm.callbacks" in caplog.text
+
+
+HOOK_FILES = {
+    "own_class": """
+        from agentic_middleware import CustomLogger
+
+        class Mine(CustomLogger):
+            async def async_should_run_agentic_loop(self, response, **_):
+                return False, {}
+
+        hook = Mine()
+    """,
+    "server_tools": """
+        from agentic_middleware import ServerTools, server_tool
+
+        @server_tool
+        async def lookup(q: str) -> str:
+            return "r"
+
+        hook = ServerTools([lookup])
+    """,
+}
+
+
+@pytest.mark.parametrize("kind", list(HOOK_FILES))
+async def test_a_hook_litellm_loads_from_the_same_config_file_is_reported(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LiteLLM's own loader runs the config folder's module anew: its hook is another object, the same hook."""
+    litellm = pytest.importorskip("litellm")
+    get_instance_fn = pytest.importorskip("litellm.proxy.types_utils.utils").get_instance_fn
+    module = f"samefile_{kind}"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(HOOK_FILES[kind]))
+    config = tmp_path / "config.yaml"
+    config.write_text(f'litellm_settings:\n  callbacks: ["{module}.hook"]\n')
+    route = Route("chat")
+    app = AgenticLoopMiddleware(ScriptedModel(route.text("a"), route.text("b")), config=str(config))
+    theirs = get_instance_fn(value=f"{module}.hook", config_file_path=str(config))
+    litellm.callbacks.append(theirs)
+    try:
+        async with http_client(app) as client:
+            await post(client, route, route.request())
+    finally:
+        litellm.callbacks.remove(theirs)
+        sys.modules.pop(module, None)
+    assert "also in litellm.callbacks" in caplog.text
+
+
+async def test_another_hook_of_the_same_class_in_litellm_callbacks_is_not_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    litellm = pytest.importorskip("litellm")
+
+    @server_tool
+    def first(q: str) -> str:
+        return q
+
+    @server_tool
+    def second(q: str) -> str:
+        return q
+
+    theirs = ServerTools([second])
+    litellm.callbacks.append(theirs)
+    try:
+        route = Route("chat")
+        app = AgenticLoopMiddleware(ScriptedModel(route.text("a")), hooks=[ServerTools([first])])
+        async with http_client(app) as client:
+            await post(client, route, route.request())
+    finally:
+        litellm.callbacks.remove(theirs)
+    assert "also in litellm.callbacks" not in caplog.text

@@ -206,3 +206,24 @@ def test_a_timeout_that_is_not_a_finite_positive_number_fails_at_start(tmp_path:
     config = write_config(tmp_path, "agentic_middleware: {app_timeout: .nan}\n")
     with pytest.raises(ConfigurationError, match="app_timeout must be a number of seconds above 0"):
         load_config(config)
+
+
+@pytest.mark.parametrize(
+    ("headers", "named"),
+    [
+        ({"Content-Length": "5"}, "Content-Length"),
+        ({"transfer-encoding": "chunked"}, "transfer-encoding"),
+        ({"host": "elsewhere"}, "host"),
+        ({"x-request-id": "agentic-{call_idd}"}, "{call_idd}"),
+        ({"x-tags": "{tag}-{call_id}"}, "{tag}"),
+    ],
+)
+def test_internal_headers_refuse_per_call_headers_and_unknown_placeholders(headers: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigurationError, match="internal_headers") as caught:
+        AgenticLoopMiddleware(ScriptedModel(), hooks=[], internal_headers=headers)
+    assert named in str(caught.value)
+
+
+def test_internal_headers_keep_json_values_with_the_call_id() -> None:
+    headers = {"x-litellm-spend-logs-metadata": '{"agentic_call_id": "{call_id}"}'}
+    AgenticLoopMiddleware(ScriptedModel(), hooks=[], internal_headers=headers)
