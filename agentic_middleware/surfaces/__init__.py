@@ -225,9 +225,15 @@ class Surface(ABC):
     def is_claimed(self, call: dict[str, Any], claims: Claims) -> bool:
         return call.get("id") in claims.ids or self.call_name(call) in claims.names
 
-    @abstractmethod
+    usage_tokens: tuple[str, str] = ("input_tokens", "output_tokens")  # the usage keys of input and output tokens
+
     def token_attributes(self, usage: Any) -> dict[str, Any]:
         """OpenTelemetry GenAI token counts of one call's usage."""
+        usage = usage if isinstance(usage, dict) else {}
+        return {
+            "gen_ai.usage.input_tokens": usage.get(self.usage_tokens[0]),
+            "gen_ai.usage.output_tokens": usage.get(self.usage_tokens[1]),
+        }
 
     @abstractmethod
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:

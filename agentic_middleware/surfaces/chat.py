@@ -63,6 +63,7 @@ class ChatCompletions(Surface):
     name = "chat_completions"
     provider = "openai"
     api_surface = "chat_completions"
+    usage_tokens = ("prompt_tokens", "completion_tokens")
     gates = ("async_should_run_chat_completion_agentic_loop", "async_should_run_agentic_loop")
     # LiteLLM's chat path also falls back to the messages-style builder when that is all a hook has.
     plan_methods = ("async_build_chat_completion_agentic_loop_plan", "async_build_agentic_loop_plan")
@@ -85,13 +86,6 @@ class ChatCompletions(Surface):
             return orjson.loads(arguments) if isinstance(arguments, str) else arguments
         except orjson.JSONDecodeError:
             return arguments
-
-    def token_attributes(self, usage: Any) -> dict[str, Any]:
-        usage = usage if isinstance(usage, dict) else {}
-        return {
-            "gen_ai.usage.input_tokens": usage.get("prompt_tokens"),
-            "gen_ai.usage.output_tokens": usage.get("completion_tokens"),
-        }
 
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         return _each_choice(response, lambda choice: self._end_choice(choice, claims))

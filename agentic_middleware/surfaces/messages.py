@@ -62,13 +62,6 @@ class Messages(Surface):
     def call_input(self, call: dict[str, Any]) -> Any:
         return call.get("input")
 
-    def token_attributes(self, usage: Any) -> dict[str, Any]:
-        usage = usage if isinstance(usage, dict) else {}
-        return {
-            "gen_ai.usage.input_tokens": usage.get("input_tokens"),
-            "gen_ai.usage.output_tokens": usage.get("output_tokens"),
-        }
-
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         content = response.get("content")
         if not isinstance(content, list):

@@ -128,13 +128,6 @@ class Responses(Surface):
         # LiteLLM's gates name a call by its `call_id`; a claim may also give the item's own `id`.
         return call.get("call_id") in claims.ids or call.get("id") in claims.ids or self.call_name(call) in claims.names
 
-    def token_attributes(self, usage: Any) -> dict[str, Any]:
-        usage = usage if isinstance(usage, dict) else {}
-        return {
-            "gen_ai.usage.input_tokens": usage.get("input_tokens"),
-            "gen_ai.usage.output_tokens": usage.get("output_tokens"),
-        }
-
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         output = response.get("output")
         if not isinstance(output, list):
