@@ -2,8 +2,7 @@
 
 Each round reads the model app's whole answer (buffered, or forwarded live as it is read: `live.py`), asks
 the hooks in order, and either ends with one response to the client or re-dispatches a patched request to
-the app. Safety (the loop limit, repeated tool calls) is checked
-after a gate says yes and before its plan is built.
+the app. What each round asks the hooks, and how their plans become the next request, is in `asking.py`.
 """
 
 from __future__ import annotations
@@ -13,20 +12,20 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from time import perf_counter
-from typing import Any, NamedTuple
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start
-from .closing import closing_body
+from .asking import REQUEST_HOOK, AskingHooks, Closing, Rerun
 from .config import Settings, loop_limit
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
 from .encode import BodyEncoder
 from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
-from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
+from .hooks import BoundHook
 from .live import LiveStream
 from .observe import (
     ENDED_BY_HEADER,
@@ -36,49 +35,17 @@ from .observe import (
     RoundRecord,
     set_attributes,
     sum_usage,
-    usage_added,
 )
-from .payload import JSONObject, parse_object, wrap
-from .precall import has_pre_call, model_call_details, run_pre_call
+from .payload import JSONObject, parse_object
+from .precall import has_pre_call
 from .stream import EventStream
-from .surfaces import StreamRelay, Surface, claims_of
+from .surfaces import StreamRelay, Surface
 
 logger = logging.getLogger("agentic_middleware")
-
-REQUEST_HOOK = "async_pre_agentic_loop_request_hook"
-POST_HOOK = "async_post_agentic_loop_response_hook"
-CLEANUP_HOOK = "async_agentic_loop_cleanup_hook"
 
 # Call ids: unique per process by a random prefix, cheap to make for every request.
 _call_ids = itertools.count(1)
 _CALL_ID_PREFIX = os.urandom(6).hex()
-
-
-def is_internal_field(name: str) -> bool:
-    """Body fields that only trusted server code may set; a client's are removed."""
-    return name == "max_agentic_loops" or name.startswith("_agentic_")
-
-
-def _claimed_calls(claim: Any) -> list[dict[str, Any]]:
-    calls = claim.get("tool_calls") if isinstance(claim, dict | Mapping) else None
-    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list | tuple) else []
-
-
-class Rerun(NamedTuple):
-    """A plan being executed: who made it, with which method, and the kwargs it was given."""
-
-    hook: BoundHook
-    method: str
-    plan: Any
-    patch: AgenticLoopRequestPatch
-    kwargs: dict[str, Any]
-
-
-class Closing(NamedTuple):
-    """The closing call a refused round makes (see closing.py): its body, and the hook whose claim was refused."""
-
-    body: dict[str, Any]
-    hook: BoundHook
 
 
 class LoopSetup:
@@ -94,8 +61,12 @@ class LoopSetup:
         self.observer = observer
 
 
-class AgenticLoop:
-    """Holds one client request's state from its first dispatch to its one response."""
+class AgenticLoop(AskingHooks):
+    """Holds one client request's state from its first dispatch to its one response.
+
+    Its rounds are here; what each round asks the hooks, and the hooks of the request's two ends, are in
+    `asking.py`.
+    """
 
     def __init__(
         self,
@@ -127,19 +98,19 @@ class AgenticLoop:
         self.encoder = BodyEncoder(surface.messages_field)
         self.limit = settings.max_agentic_loops
         self.depth = 0
-        self.seen: set[tuple[tuple[str, bytes], ...]] = set()
+        self.seen = set()
         self.closed = False  # the closing call was made: no round after it reruns
-        self.patch_kwargs: dict[str, Any] = {}
-        self.executed: list[Rerun] = []
+        self.patch_kwargs = {}
+        self.executed = []
         self.client = ClientWatch(receive)
         self.write = ClientWriter(send, self.client)  # what the loop itself writes stops once the client left
         self.deadline: asyncio.Timeout | None = None
         self.stop_reason = "finished"
-        self.plan_stop_reason: str | None = None
+        self.plan_stop_reason = None
         self.usages: list[Any] = []
-        self.hooks_usage: Any = None  # what post hooks added to the final usage (a server tool's counters)
+        self.hooks_usage = None  # what post hooks added to the final usage (a server tool's counters)
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
-        self._logging_obj: AgenticLoopLogging | None = None
+        self._logging_obj = None
         self.round = RoundRecord(self.call_id, surface.name, 0)
         if setup.internal_headers:
             self.dispatch.set_headers(
@@ -149,7 +120,7 @@ class AgenticLoop:
                 ]
             )
         self.streaming = streaming
-        self.events: EventStream | LiveStream | None = None
+        self.events = None
         if relay is not None:  # live: each round streams to the client as the app makes it
             self.events = LiveStream(
                 self.write, surface, relay, stream_options, settings.stream_keepalive, self.ends_overridden
@@ -158,18 +129,6 @@ class AgenticLoop:
         elif streaming:  # buffered: the app is called without streaming, the stream is written from the answer
             self.dispatch.forward = False
             self.events = EventStream(self.write, surface, stream_options, settings.stream_keepalive)
-
-    @property
-    def logging_obj(self) -> AgenticLoopLogging:
-        """The request's `logging_obj`, made when a hook first needs it."""
-        if self._logging_obj is None:
-            self._logging_obj = AgenticLoopLogging(
-                litellm_call_id=self.call_id,
-                route=self.surface.name,
-                logger=logging.LoggerAdapter(logger, {"litellm_call_id": self.call_id}),
-                model_call_details=model_call_details(self.body, self.provider, self.dispatch.scope["state"]),
-            )
-        return self._logging_obj
 
     async def run(self, raw: bytes) -> None:
         """Answer the client exactly once, and run every executed plan's cleanup hook."""
@@ -347,239 +306,6 @@ class AgenticLoop:
             raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None
         return await self.call_app(raw)
 
-    async def prepared(self, raw: bytes) -> bytes:
-        """The first request body after LiteLLM's pre-call lifecycle and every request hook, in hook order."""
-        changed_by = await self.pre_called() if self.pre_call_hooks else None
-        for hook in self.request_hooks:
-            body = await self.call_hook(
-                hook, REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
-            )
-            if body is None:
-                continue
-            if not isinstance(body, dict):
-                raise HookError(hook.name, REQUEST_HOOK, f"returned {type(body).__name__}, not a request body")
-            self.body = {name: value for name, value in body.items() if not is_internal_field(name)}
-            changed_by = (hook.name, REQUEST_HOOK)
-        if changed_by is None:
-            return raw
-        try:
-            return self.encoder.encode(self.body)
-        except TypeError as error:
-            raise HookError(*changed_by, f"the request is not JSON: {error}") from None
-
-    async def pre_called(self) -> tuple[str, str] | None:
-        """LiteLLM's pre-call lifecycle (see `precall`): the body it gives, and the keys and limit it sets."""
-        result = await run_pre_call(
-            self.pre_call_hooks,
-            self.body,
-            stream=self.streaming,
-            stream_options=self.events.stream_options if self.events is not None else None,
-            api_surface=self.surface.api_surface,
-            provider=self.provider,
-            call_id=self.call_id,
-            logging_obj=self.logging_obj,
-            call=self.call_hook,
-            state=self.dispatch.scope["state"],
-        )
-        if self.streaming and not result.stream:  # turned into a non-stream: the app answers whole (buffered)
-            result.body = {
-                name: value for name, value in result.body.items() if name not in ("stream", "stream_options")
-            }
-        self.streaming = result.stream  # what gates see; a client's stream is still answered as one
-        self.patch_kwargs.update(result.carried)
-        if "max_agentic_loops" in result.carried:
-            try:
-                self.limit = loop_limit(result.carried["max_agentic_loops"], "the pre-call kwargs")
-            except ConfigurationError as error:
-                raise LoopError(str(error)) from None
-        # Always sent anew: a hook may have edited the request's lists or objects in place.
-        self.body = result.body
-        return ", ".join(hook.name for hook in self.pre_call_hooks), "pre-call lifecycle"
-
-    async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing:
-        """One round: the first hook whose gate says yes and whose plan acts decides it."""
-        fingerprint = None
-        for hook in self.hooks:
-            kwargs = self.hook_kwargs()
-            claim = await self.ask_gate(hook, response, kwargs)
-            if claim is None:
-                continue
-            if self.client.watcher is None:
-                self.watch_client()
-                # One turn of the event loop for the watcher: a client that left during the first call (a
-                # disconnect already waiting in `receive`) ends the loop here, before any plan or rerun.
-                await asyncio.sleep(0)
-            self.round.tools = [str(self.surface.call_name(call)) for call in _claimed_calls(claim)]
-            if fingerprint is None:
-                fingerprint = self.surface.fingerprint(response)
-            refusal = self.refusal(fingerprint)
-            if refusal is not None:
-                self.finish(refusal, hook)
-                claims = claims_of([claim, *await self.other_claims(hook, response)])
-                # A limit of 0 (set after the first call) allows no other model call: the claimed calls are removed.
-                if self.settings.closing == "call" and not self.closed and self.limit:
-                    self.closed = True
-                    body = closing_body(self.surface, self.body, response, claims, refusal, self.limit)
-                    if body is not None:
-                        return Closing(body, hook)
-                ended = self.surface.without_claimed(response, claims)
-                return answer.replaced(self.surface.filled(ended, self.settings.closing_text))
-            method = hook.plan_method(self.surface.plan_methods)
-            if method is None:
-                continue
-            raw_plan = await self.call_hook(
-                hook,
-                method,
-                tools=claim,
-                model=self.body.get("model"),
-                messages=self.surface.messages(self.body),
-                response=response,
-                **PLAN_PARAMETERS[method](self.surface.request_params(self.body)),
-                logging_obj=self.logging_obj,
-                stream=self.streaming,
-                kwargs=kwargs,
-            )
-            plan = as_plan(raw_plan, hook, method)
-            if plan.response_override is not None:
-                self.finish("override", hook, plan.stop_reason)
-                return self.overridden(answer, plan.response_override, hook, method)
-            if plan.terminate:  # as LiteLLM: the post hook gets the answer without the calls this hook claimed
-                self.finish("terminate", hook, plan.stop_reason)
-                stripped = answer.replaced(self.surface.without_claimed(response, claims_of([claim])))
-                ending = Rerun(hook, method, raw_plan, AgenticLoopRequestPatch(), kwargs)
-                return await self.post_processed(ending, stripped)
-            if plan.run_agentic_loop:
-                self.seen.add(fingerprint)
-                return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
-        return answer
-
-    async def ask_gate(self, hook: BoundHook, response: JSONObject, kwargs: dict[str, Any]) -> Any:
-        """The gate's claim when it says yes, else None; chat asks LiteLLM's chat-only gate first."""
-        for gate in self.surface.gates:
-            if hook.methods[gate] is None:
-                continue
-            result = await self.call_hook(
-                hook,
-                gate,
-                response=response,
-                model=self.body.get("model"),
-                messages=self.surface.messages(self.body),
-                tools=self.body.get("tools"),
-                stream=self.streaming and self.settings.gates_see_stream,
-                custom_llm_provider=self.provider,
-                kwargs=kwargs,
-            )
-            if not isinstance(result, tuple | list) or len(result) != 2:
-                raise HookError(hook.name, gate, f"returned {result!r}, not a (bool, dict) pair")
-            should_run, claim = result
-            if should_run:
-                return {} if claim is None else claim
-        return None
-
-    async def other_claims(self, refused: BoundHook, response: JSONObject) -> list[Any]:
-        """What the other hooks' gates claim, so that a refused round removes every server call."""
-        claims = []
-        for hook in self.hooks:
-            if hook is not refused:
-                claim = await self.ask_gate(hook, response, self.hook_kwargs())
-                if claim is not None:
-                    claims.append(claim)
-        return claims
-
-    def refusal(self, fingerprint: tuple[tuple[str, bytes], ...]) -> str | None:
-        """Why this round may not rerun, if it may not: the limit, or tool calls seen before (after a closing call,
-        why it was made)."""
-        if self.closed:
-            return self.stop_reason
-        if self.depth >= self.limit:
-            return "limit"
-        if fingerprint and fingerprint in self.seen:
-            return "repeated_tool_calls"
-        return None
-
-    def overridden(self, answer: Answer, value: Any, hook: BoundHook, method: str) -> Answer:
-        if isinstance(value, Mapping) and type(value) is not JSONObject:
-            value = wrap(dict(value))
-        elif not isinstance(value, Mapping) and not hasattr(value, "model_dump"):
-            raise HookError(hook.name, method, f"response_override is {type(value).__name__}, not a JSON object")
-        try:
-            return answer.replaced(value)
-        except TypeError as error:
-            raise HookError(hook.name, method, f"response_override is not JSON: {error}") from None
-
-    async def unwind(self, answer: Answer) -> Answer:
-        """Give each executed plan's post hook the final answer, innermost first, then its cleanup.
-
-        This is the order LiteLLM's nested follow-up calls give: each post hook
-        shapes what its own follow-up returned, which is the final answer.
-        """
-        before = answer.data.get("usage") if self.executed and isinstance(answer.data, Mapping) else None
-        while self.executed:
-            step = self.executed.pop()
-            try:
-                answer = await self.post_processed(step, answer)
-            finally:
-                await self.clean_up_after(step)
-        if before is not None and isinstance(answer.data, Mapping):
-            self.hooks_usage = usage_added(before, answer.data.get("usage"))
-        return answer
-
-    async def post_processed(self, step: Rerun, answer: Answer) -> Answer:
-        if step.hook.methods[POST_HOOK] is None or answer.data is None:
-            return answer
-        result = await self.call_hook(step.hook, POST_HOOK, response=answer.data, plan=step.plan, kwargs=step.kwargs)
-        if result is None:
-            return answer
-        if type(result) is dict:
-            result = wrap(result)
-        elif not isinstance(result, Mapping) and not hasattr(result, "model_dump"):
-            raise HookError(step.hook.name, POST_HOOK, f"returned {type(result).__name__}, not a response")
-        try:
-            return answer.replaced(result)
-        except TypeError as error:
-            raise HookError(step.hook.name, POST_HOOK, f"returned a response that is not JSON: {error}") from None
-
-    def patched(self, step: Rerun) -> dict[str, Any]:
-        """The next request body: the patch over the current one, without a forced tool choice."""
-        patch = step.patch
-        body = {**self.body, **patch.optional_params}
-        if "tool_choice" not in patch.optional_params:
-            body.pop("tool_choice", None)
-        for name, body_field in self.surface.patch_fields.items():
-            value = getattr(patch, name)
-            if value is not None:
-                body[body_field] = value
-        if patch.model is not None:
-            # LiteLLM's hooks name the model as LiteLLM is called (`openai/gpt-x`); the app is called as the client did.
-            if patch.model == f"{step.kwargs.get('custom_llm_provider')}/{self.body.get('model')}":
-                body["model"] = self.body.get("model")
-            params = self._logging_obj.model_call_details.get("agentic_loop_params") if self._logging_obj else None
-            if isinstance(params, dict):
-                params["model"] = body["model"]
-        for name in [name for name in body if is_internal_field(name)]:
-            del body[name]
-        if patch.kwargs:
-            self.patch_kwargs.update(patch.kwargs)
-            if "max_agentic_loops" in patch.kwargs:
-                try:
-                    self.limit = loop_limit(
-                        patch.kwargs["max_agentic_loops"], 'request_patch.kwargs["max_agentic_loops"]'
-                    )
-                except ConfigurationError as error:
-                    raise HookError(step.hook.name, step.method, str(error)) from None
-        return self.surface.rerun_body(body)
-
-    def hook_kwargs(self) -> dict[str, Any]:
-        return {
-            **self.patch_kwargs,
-            "_agentic_loop_depth": self.depth,
-            "max_agentic_loops": self.limit,
-            "litellm_call_id": self.call_id,
-            "custom_llm_provider": self.provider,
-            "_agentic_loop_api_surface": self.surface.api_surface,
-            "scope": self.scope,
-        }
-
     def request_limit(self) -> int:
         """The limit for this request: `request.state.max_agentic_loops` when trusted code set it."""
         value = self.dispatch.scope["state"].get("max_agentic_loops")
@@ -630,49 +356,9 @@ class AgenticLoop:
         self.round.usage = usage
         return answer
 
-    async def clean_up(self) -> None:
-        """The cleanup hooks of plans not unwound yet (after a failure), innermost first."""
-        while self.executed:
-            await self.clean_up_after(self.executed.pop())
-
-    async def clean_up_after(self, step: Rerun) -> None:
-        """One plan's cleanup hook; its failure is logged and does not change the response."""
-        if step.hook.methods[CLEANUP_HOOK] is None:
-            return
-        try:
-            await self.call_hook(step.hook, CLEANUP_HOOK, plan=step.plan, kwargs=step.kwargs)
-        except HookError as error:
-            self.logging_obj.logger.error("%s", error, exc_info=error.__cause__)
-
     def ends_overridden(self) -> bool:
         """Whether the final answer is a plan's `response_override` (a live stream sends it after what went out)."""
         return self.stop_reason == "override"
-
-    def finish(self, reason: str, hook: BoundHook, plan_stop_reason: str | None = None) -> None:
-        """Record why the loop ends; the observer reports it with the last round."""
-        self.stop_reason = reason
-        self.plan_stop_reason = plan_stop_reason
-        self.round.hook = hook.name
-        self.round.stop_reason = plan_stop_reason
-
-    async def call_hook(self, hook: BoundHook, method: str, **arguments: Any) -> Any:
-        """Call a hook method within `hook_timeout`, timed into the round and traced when tracing is on."""
-        started = perf_counter()
-        timeout = self.settings.hook_timeout
-        try:
-            if self.observer.tracer is not None:
-                attributes = {"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
-                with self.observer.span(f"agentic_hook {method}", **attributes):
-                    async with asyncio.timeout(timeout):
-                        return await hook.call(method, **arguments)
-            if timeout is None:
-                return await hook.call(method, **arguments)
-            async with asyncio.timeout(timeout):
-                return await hook.call(method, **arguments)
-        except TimeoutError:
-            raise HookError(hook.name, method, f"timed out after hook_timeout={timeout:g} s") from None
-        finally:
-            self.round.hook_seconds += perf_counter() - started
 
     def error_reply(self, error: LoopError) -> Reply:
         self.stop_reason = error.ended_by

@@ -11,10 +11,11 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start, read_body, replay, scope_with_body_length
+from .asking import is_internal_field
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .hooks import BoundHook
 from .lifespan import HookLifecycle
-from .loop import AgenticLoop, LoopSetup, is_internal_field
+from .loop import AgenticLoop, LoopSetup
 from .observe import Observer, RoundCallback
 from .precall import has_pre_call
 from .routes import warn_uncovered
