@@ -1,5 +1,6 @@
 """Server-side tools for any LLM gateway: a pure ASGI agentic loop with LiteLLM-compatible hooks."""
 
+from .chains import ChainStore, MemoryChainStore
 from .config import Settings, load_config
 from .errors import ConfigurationError, HookError
 from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
@@ -14,10 +15,12 @@ __all__ = [
     "AgenticLoopMiddleware",
     "AgenticLoopPlan",
     "AgenticLoopRequestPatch",
+    "ChainStore",
     "ConfigurationError",
     "CustomLogger",
     "HookError",
     "JSONObject",
+    "MemoryChainStore",
     "RoundRecord",
     "ServerTool",
     "ServerTools",

@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Sequence
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,6 +41,9 @@ from .precall import has_pre_call
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
 
+if TYPE_CHECKING:
+    from .chains import Chains
+
 logger = logging.getLogger("agentic_middleware")
 
 # Call ids: unique per process by a random prefix, cheap to make for every request.
@@ -51,8 +54,16 @@ _CALL_ID_PREFIX = os.urandom(6).hex()
 class LoopSetup:
     """What every loop of one middleware shares, prepared once when the middleware is built."""
 
-    def __init__(self, app: ASGIApp, hooks: Sequence[BoundHook], settings: Settings, observer: Observer) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        hooks: Sequence[BoundHook],
+        settings: Settings,
+        observer: Observer,
+        chains: Chains | None = None,
+    ) -> None:
         self.app = app
+        self.chains = chains  # follow-ups by id after an incomplete Responses turn (chains.py)
         self.hooks = hooks
         self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
         self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle
@@ -88,6 +99,8 @@ class AgenticLoop(AskingHooks):
         self.settings = settings
         self.observer = setup.observer
         self.surface = surface
+        self.chains = setup.chains if surface.chains_by_id else None
+        self.app_answer: Any = None  # the app's last answer: the response it stored last
         self.provider = provider
         self.scope = scope
         self.receive = receive
@@ -221,7 +234,12 @@ class AgenticLoop(AskingHooks):
             raise LoopTimeout(f"the agentic loop took longer than loop_timeout={timeout:g} s") from None
         finally:
             self.client.guarded = False
-        return None if answer is None else self.accounted(await self.unwind(answer))
+        if answer is None:
+            return None
+        answer = await self.unwind(answer)
+        if self.chains is not None:  # before the client has its answer, so that its follow-up finds the record
+            await self.chains.record(self.body, self.app_answer, answer.data, self.events, self.stop_reason, self.limit)
+        return self.accounted(answer)
 
     def watch_client(self) -> None:
         """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""
@@ -351,6 +369,7 @@ class AgenticLoop(AskingHooks):
             log = self.logging_obj.logger
             log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
             log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
+        self.app_answer = answer.data
         usage = answer.data.get("usage") if answer.data is not None else None
         self.usages.append(usage)
         self.round.usage = usage

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start, read_body, replay, scope_with_body_length
 from .asking import is_internal_field
+from .chains import ChainStore, chains_of
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .hooks import BoundHook
 from .lifespan import HookLifecycle
@@ -30,7 +31,9 @@ class AgenticLoopMiddleware:
 
     `hooks` (instances or dotted paths) are asked about every whole answer, in
     order. `config` is a YAML file (or settings from `load_config`); options given
-    here win over it, and `hooks` given here replace its callbacks.
+    here win over it, and `hooks` given here replace its callbacks. `chain_store` keeps what a follow-up by
+    `previous_response_id` needs after a Responses turn whose id names an incomplete stored response (chains.py):
+    in this process by default, a `ChainStore` shared by replicas, or False for none.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class AgenticLoopMiddleware:
         closing_text: str | None = None,
         internal_headers: Mapping[str, str] | None = None,
         gates_see_stream: bool | None = None,
+        chain_store: ChainStore | bool | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -85,11 +89,13 @@ class AgenticLoopMiddleware:
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         share_tools(self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)
+        self.chains = chains_of(chain_store)
         self.setup = LoopSetup(
             app,
             self.hooks,
             self.settings,
             Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies),
+            self.chains,
         )
         table = self.settings.route_table()
         self.routes = table.exact  # the hot path: one dict lookup
@@ -127,6 +133,10 @@ class AgenticLoopMiddleware:
             changed = any(is_internal_field(name) for name in body)  # fields only trusted server code may set
             if changed:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
+            if self.chains is not None and surface.chains_by_id and "previous_response_id" in body:
+                resumed = await self.chains.resume(body)
+                if resumed is not None:
+                    body, changed = resumed, True
             streaming = body.get("stream") is True
             mode = self.stream_mode(body) if streaming and self.hooks else None
             takes_part = bool(self.hooks) and (not streaming or mode is not None)

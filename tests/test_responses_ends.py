@@ -9,6 +9,7 @@ import openai
 import pytest
 from conftest import openai_client
 from starlette.responses import JSONResponse, StreamingResponse
+from storing import StoringModel
 
 from agentic_middleware import AgenticLoopMiddleware, sse
 from agentic_middleware.closing import DEFAULT_CLOSING_TEXT
@@ -122,33 +123,6 @@ async def test_a_failure_after_the_stream_began_is_an_api_error_of_the_sdk(strea
     assert raised.value.message == "model down"
     assert kinds[0] == "response.created" and kinds[-1] == "response.failed"
     assert kinds.count("response.created") == 1
-
-
-class StoringModel:
-    """A Responses app that stores like OpenAI: `previous_response_id` must name a stored response, and every
-    `function_call` in the context (stored and new) needs its output, else 400."""
-
-    def __init__(self, answer: Any) -> None:
-        self.answer = answer
-        self.stored: dict[str, list[Any]] = {}
-        self.model = ScriptedModel(default=self.reply)
-
-    def reply(self, request: Any) -> Any:
-        body = request.body
-        previous = body.get("previous_response_id")
-        if previous is not None and previous not in self.stored:
-            return JSONResponse({"error": {"message": f"Previous response with id '{previous}' not found."}}, 404)
-        items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
-        context = [*self.stored.get(previous, []), *items]
-        answered = {item.get("call_id") for item in context if item.get("type") == "function_call_output"}
-        for item in context:
-            if item.get("type") == "function_call" and item["call_id"] not in answered:
-                message = f"No tool output found for function call {item['call_id']}."
-                return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, 400)
-        result = self.answer(body)
-        if body.get("store", True):
-            self.stored[result["id"]] = [*context, *result["output"]]
-        return result
 
 
 @pytest.mark.parametrize("end", ["answer", "cap", "repeat"])

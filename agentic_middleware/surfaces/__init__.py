@@ -188,6 +188,7 @@ class Surface(ABC):
     gates: tuple[str, ...]
     plan_methods: tuple[str, ...]  # in order of preference
     messages_field = "messages"  # the body field that holds the conversation
+    chains_by_id = False  # a follow-up names a stored response by its id (`previous_response_id`: chains.py)
     patch_fields = PATCH_FIELDS
 
     def messages(self, body: dict[str, Any]) -> Any:

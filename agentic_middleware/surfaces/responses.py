@@ -86,6 +86,7 @@ class Responses(Surface):
     gates = ("async_should_run_responses_agentic_loop", "async_should_run_agentic_loop")
     plan_methods = ("async_build_responses_agentic_loop_plan", "async_build_agentic_loop_plan")
     messages_field = "input"
+    chains_by_id = True
     patch_fields: Mapping[str, str] = MappingProxyType(
         {**PATCH_FIELDS, "messages": "input", "max_tokens": "max_output_tokens"}
     )

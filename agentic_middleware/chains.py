@@ -1,0 +1,144 @@
+"""Follow-ups by `previous_response_id` after a Responses turn whose id names an incomplete stored response.
+
+The app stores each response with its context, and a store like OpenAI's refuses a follow-up whose context holds a
+`function_call` without its output. Some turns end with an id that names such a response: a live stream's id is the
+first round's (the SDKs' stream helpers need one id from `response.created` to the end), and a turn refused without
+a closing call (`closing="text"`, or a server call next to a client's call) ends on a response whose server calls
+never ran. For those, and only those, a small record is kept under the id the client got: the response to chain
+from (the turn's last) and the items the follow-up must carry first (an output for each server call left
+unanswered). A request whose `previous_response_id` names a record is rewritten before any call of the app.
+
+This is the one state the middleware keeps between requests. The default store is in the process (bounded, with a
+time to live); replicas share one by passing a `ChainStore` of their own (Redis or the like) to the middleware.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import ConfigurationError
+from .surfaces import field
+from .surfaces.responses import CALL_TYPES, ResponsesRelay
+
+logger = logging.getLogger("agentic_middleware")
+
+# What each unanswered server call's output says, by why the turn ended (as the closing call's outputs, in the past).
+NOT_RUN = {
+    "limit": "Not run: that request's budget of server tool calls was spent (max_agentic_loops={limit}).",
+    "repeated_tool_calls": "Not run: the same call had already run in that request.",
+}
+NOT_RUN_OTHERWISE = "Not run: the server ended that request before running this call."
+
+
+@runtime_checkable
+class ChainStore(Protocol):
+    """Where the records live: a mapping from the id a client got to a JSON object (`previous_response_id`, the id to
+    chain from, and `input`, the items to put first). Values are plain JSON, so a shared store can keep them as
+    `orjson.dumps(chain)`. `get` returns None for an id it does not hold (or no longer holds)."""
+
+    async def get(self, response_id: str) -> dict[str, Any] | None: ...
+
+    async def put(self, response_id: str, chain: dict[str, Any]) -> None: ...
+
+
+class MemoryChainStore:
+    """The default store: in this process, the `max_entries` most recently recorded or used ids, each for `ttl`
+    seconds after it was recorded."""
+
+    def __init__(self, max_entries: int = 4096, ttl: float = 86400.0) -> None:
+        if max_entries < 1 or ttl <= 0:
+            raise ConfigurationError("MemoryChainStore needs max_entries >= 1 and ttl > 0")
+        self.max_entries = max_entries
+        self.ttl = ttl
+        self.entries: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    async def get(self, response_id: str) -> dict[str, Any] | None:
+        entry = self.entries.get(response_id)
+        if entry is None:
+            return None
+        if entry[0] <= time.monotonic():
+            del self.entries[response_id]
+            return None
+        self.entries.move_to_end(response_id)
+        return entry[1]
+
+    async def put(self, response_id: str, chain: dict[str, Any]) -> None:
+        self.entries[response_id] = (time.monotonic() + self.ttl, chain)
+        self.entries.move_to_end(response_id)
+        while len(self.entries) > self.max_entries:
+            self.entries.popitem(last=False)
+
+
+class Chains:
+    """Records what an incomplete turn's follow-up needs, and rewrites that follow-up."""
+
+    def __init__(self, store: ChainStore) -> None:
+        self.store = store
+
+    async def resume(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The request rewritten to chain from the recorded response, its items first; None: nothing recorded.
+
+        A store that fails leaves the request as it is (it may then fail at the app, as without a record)."""
+        previous = body.get("previous_response_id")
+        items = body.get("input")
+        if not isinstance(previous, str) or not isinstance(items, str | list | None):
+            return None
+        try:
+            chain = await self.store.get(previous)
+        except Exception:
+            logger.warning("the chain store failed to read %r: the request goes as sent", previous, exc_info=True)
+            return None
+        if not chain:
+            return None
+        given = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
+        return {**body, "previous_response_id": chain["previous_response_id"], "input": [*chain["input"], *given]}
+
+    async def record(
+        self, body: Mapping[str, Any], last: Any, final: Any, events: Any, reason: str, limit: int
+    ) -> None:
+        """After a turn: a record under the id the client got when it does not name a complete stored response.
+
+        `body` is the last call's request, `last` the app's last answer (the stored response), `final` the client's
+        answer, `events` the client's stream if any (a live stream's id is its first round's), `reason` why the loop
+        ended (with `limit`, for the outputs' text)."""
+        if body.get("store") is False or not isinstance(last, Mapping) or final is None:
+            return
+        relay = getattr(events, "relay", None)
+        client_id = relay.response_id if isinstance(relay, ResponsesRelay) and relay.started else field(final, "id")
+        last_id = last.get("id")
+        if not isinstance(client_id, str) or not isinstance(last_id, str):
+            return
+        given = {field(item, "call_id") for item in field(final, "output") or () if field(item, "type") in CALL_TYPES}
+        text = NOT_RUN.get(reason, NOT_RUN_OTHERWISE).format(limit=limit)
+        outputs = [
+            {"type": f"{item['type']}_output", "call_id": item["call_id"], "output": text}
+            for item in last.get("output") or ()
+            if isinstance(item, Mapping)
+            and item.get("type") in CALL_TYPES
+            and isinstance(item.get("call_id"), str)
+            and item["call_id"] not in given
+        ]
+        if client_id == last_id and not outputs:
+            return  # the client's id names the turn's last response, which answers every call it holds
+        try:
+            await self.store.put(client_id, {"previous_response_id": last_id, "input": outputs})
+        except Exception:
+            logger.warning("the chain store failed to record %r: its follow-up may fail", client_id, exc_info=True)
+
+
+def chains_of(option: ChainStore | bool | None) -> Chains | None:
+    """The middleware's `chain_store` option: None or True, a `MemoryChainStore`; False, none; else the store given."""
+    if option is False:
+        return None
+    if option is None or option is True:
+        return Chains(MemoryChainStore())
+    if not isinstance(option, ChainStore):
+        raise ConfigurationError(f"chain_store must have async get(id) and put(id, chain), or be a bool: {option!r}")
+    return Chains(option)
