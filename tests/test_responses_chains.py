@@ -53,6 +53,13 @@ def model_for(end: str) -> StoringModel:
     return StoringModel(answer)
 
 
+def closing_text_app(store: StoringModel, **options: Any) -> AgenticLoopMiddleware:
+    """The middleware in front of `store`, refusing the second server call with `closing="text"`."""
+    return AgenticLoopMiddleware(
+        store.model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing="text", **options
+    )
+
+
 async def first_turn(client: openai.AsyncOpenAI, stream: bool, **options: Any) -> Any:
     """The first turn as the client gets it; a stream through the SDK's stream helper."""
     if not stream:
@@ -165,10 +172,7 @@ async def test_a_record_expires_after_its_ttl(monkeypatch: pytest.MonkeyPatch) -
 
 async def test_an_evicted_record_leaves_its_follow_up_as_before() -> None:
     store = model_for("cap")
-    hooks = [ServerTools([lookup])]
-    app = AgenticLoopMiddleware(
-        store.model, hooks=hooks, max_agentic_loops=1, closing="text", chain_store=MemoryChainStore(max_entries=1)
-    )
+    app = closing_text_app(store, chain_store=MemoryChainStore(max_entries=1))
     client = openai_client(app)
 
     older = await client.responses.create(model="m", input="q")
@@ -181,9 +185,7 @@ async def test_an_evicted_record_leaves_its_follow_up_as_before() -> None:
 
 async def test_without_a_chain_store_the_follow_up_fails_as_the_app_says() -> None:
     store = model_for("cap")
-    app = AgenticLoopMiddleware(
-        store.model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing="text", chain_store=False
-    )
+    app = closing_text_app(store, chain_store=False)
     client = openai_client(app)
 
     first = await client.responses.create(model="m", input="q")
@@ -233,9 +235,7 @@ class BrokenStore:
 
 async def test_a_failing_store_leaves_turns_and_follow_ups_as_they_were(caplog: pytest.LogCaptureFixture) -> None:
     store = model_for("cap")
-    app = AgenticLoopMiddleware(
-        store.model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing="text", chain_store=BrokenStore()
-    )
+    app = closing_text_app(store, chain_store=BrokenStore())
     client = openai_client(app)
 
     first = await client.responses.create(model="m", input="q")
@@ -248,9 +248,7 @@ async def test_a_failing_store_leaves_turns_and_follow_ups_as_they_were(caplog: 
 
 async def test_a_follow_up_that_passes_through_is_rewritten_too() -> None:
     store = model_for("cap")
-    app = AgenticLoopMiddleware(
-        store.model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing="text", streaming=False
-    )
+    app = closing_text_app(store, streaming=False)
     client = openai_client(app)
 
     first = await client.responses.create(model="m", input="q")
