@@ -13,9 +13,10 @@ from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
+from starlette.responses import StreamingResponse
 from support import Route, post
 
-from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool, sse
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, function_call, message, response
 
 CLOSING = "Here is what I found so far."
@@ -142,17 +143,33 @@ async def test_an_empty_closing_answer_gets_the_closing_text(route: Route) -> No
             assert all(block.get("text", "x") for block in body["content"])  # no empty text block left
 
 
-async def test_an_empty_responses_closing_answer_gets_the_closing_text() -> None:
+EMPTY_MESSAGE = {"type": "message", "id": "msg_e", "role": "assistant", "status": "completed", "content": []}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("empty", [(), ("",), (EMPTY_MESSAGE,)], ids=["no-item", "empty-text", "no-content"])
+async def test_an_empty_responses_closing_answer_gets_the_closing_text(empty: tuple[Any, ...], stream: bool) -> None:
     def reply(request: RecordedRequest) -> Any:
-        return response() if tools_off(request) else response(function_call("lookup", {"n": len(model.requests)}))
+        closing = tools_off(request)
+        body = response(*empty) if closing else response(function_call("lookup", {"n": len(model.requests)}))
+        if request.body.get("stream"):
+            return StreamingResponse(iter(list(sse.responses_events(body))), media_type="text/event-stream")
+        return body
 
     model = ScriptedModel(default=reply)
     app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=1, closing_text="Ended.")
-    async with http_client(app) as client:
-        answer = await client.post("/v1/responses", json={"model": "m", "input": "hi"})
+    client = openai_client(app)
+    if stream:
+        async with client.responses.stream(model="m", input="hi") as events:
+            answer = await events.get_final_response()
+    else:
+        answer = await client.responses.create(model="m", input="hi")
+
     assert len(model.requests) == 3
-    [item] = answer.json()["output"]
-    assert item["type"] == "message" and item["content"][0]["text"] == "Ended."
+    assert answer.output_text == "Ended."
+    assert answer.output[-1].type == "message" and [item.type for item in answer.output] == ["message"] * len(
+        answer.output
+    )
 
 
 def test_closing_options_are_checked_at_start() -> None:

@@ -54,6 +54,16 @@ def _is_call(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") in CALL_TYPES
 
 
+def _says(item: Any) -> bool:
+    """Whether an output item is a message with words (text or a refusal)."""
+    if not isinstance(item, dict) or item.get("type") != "message":
+        return False
+    content = item.get("content")
+    if not isinstance(content, list):
+        return bool(content)
+    return any(not isinstance(part, dict) or part.get("text") or part.get("refusal") for part in content)
+
+
 def _without(items: list[Any], dropped: set[int]) -> list[Any]:
     """`items` without the positions in `dropped`, nor a reasoning item whose following item was dropped.
 
@@ -141,8 +151,9 @@ class Responses(Surface):
 
     def filled(self, response: dict[str, Any], text: str) -> dict[str, Any]:
         output = _output(response)
-        # A message, or a call of the client's own tool (which the client answers), is an answer already.
-        if any(_is_call(item) or (isinstance(item, dict) and item.get("type") == "message") for item in output):
+        # A message with words, or a call of the client's own tool (which the client answers), is an answer already.
+        # An empty message stays where it is (a live stream may have sent it): the closing text comes after it.
+        if any(_is_call(item) or _says(item) for item in output):
             return response
         message = {
             "type": "message",
