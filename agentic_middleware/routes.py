@@ -28,6 +28,7 @@ LITELLM_ROUTES: Mapping[str, str] = MappingProxyType(
         "/messages": "messages",
         "/v1/responses": "responses",
         "/responses": "responses",
+        "/openai/v1/responses": "responses",
     }
 )
 PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType({"litellm": LITELLM_ROUTES})

@@ -15,10 +15,16 @@ from starlette.routing import Mount, Route
 from support import Route as WireRoute
 from support import ToolHook
 
-from agentic_middleware import AgenticLoopMiddleware, ConfigurationError
-from agentic_middleware.testing import ScriptedModel
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
+from agentic_middleware.testing import ScriptedModel, function_call, response
 
 MESSAGES, CHAT = WireRoute("messages"), WireRoute("chat")
+
+
+@server_tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
 
 
 def looping(route: WireRoute) -> ScriptedModel:
@@ -43,6 +49,22 @@ async def test_the_litellm_preset_covers_litellms_paths(path: str, route: WireRo
 
     assert len(model.requests) == 2 and model.requests[1].path == path
     assert route.final_text(response.json()) == "done"
+
+
+@pytest.mark.parametrize("prefix", ["/v1", "", "/openai/v1"])  # the paths LiteLLM's proxy serves Responses on
+async def test_the_litellm_preset_covers_litellms_responses_paths(prefix: str) -> None:
+    model = ScriptedModel(response(function_call("lookup", {"key": "k"})), response("done"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], routes="litellm")
+    client = openai.AsyncOpenAI(
+        api_key="k",
+        base_url=f"http://gateway{prefix}",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
+        max_retries=0,
+    )
+    answer = await client.responses.create(model="m", input="go")
+
+    assert [request.path for request in model.requests] == [f"{prefix}/responses"] * 2
+    assert answer.output_text == "done"
 
 
 async def test_the_openai_sdk_with_a_base_url_without_v1_gets_the_loop() -> None:
