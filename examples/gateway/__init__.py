@@ -1,4 +1,4 @@
-"""A FastAPI gateway with the agentic middleware in front of a model app: `python -m examples.gateway`."""
+"""A Starlette gateway with the agentic middleware in front of a model app: `python -m examples.gateway`."""
 
 from .app import CONFIG, create_app, model_app, model_from_env
 from .demo_model import DemoModel

@@ -1,15 +1,23 @@
-"""The gateway: a FastAPI app serving the model routes, with the agentic middleware in front of them."""
+"""The gateway: a Starlette app serving the model routes, with the agentic middleware in front of them.
+
+Starlette, not FastAPI: the model routes forward bytes, so FastAPI's request handling, validation and OpenAPI pages
+would do nothing for them, yet importing FastAPI cost the gateway about 0.18 s of CPU at every start and its
+layers some microseconds on each of the loop's internal calls (docs/performance.md). A FastAPI app takes the
+middleware the same way, `app.add_middleware(AgenticLoopMiddleware, ...)` (README).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+from starlette import routing
+from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from agentic_middleware import AgenticLoopMiddleware, Settings, load_config
 
@@ -27,37 +35,41 @@ UPSTREAM_VARIABLE = "AGENTIC_UPSTREAM"
 CONFIG_VARIABLE = "AGENTIC_GATEWAY_CONFIG"
 
 
-def model_app(model: Model) -> FastAPI:
+class ModelRoute:
+    """One model route as a plain ASGI app: `model(request, route)`'s response, sent.
+
+    Starlette wraps a request/response function in a layer of its own exception handling on every call; the app's
+    own exception middleware around the router already does that job, and the middleware's loop calls these routes
+    once per round, so the route is this class instead of a function."""
+
+    def __init__(self, model: Model, route: Route) -> None:
+        self.model = model
+        self.route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.model(Request(scope, receive), self.route)
+        await response(scope, receive, send)
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+def model_app(model: Model) -> Starlette:
     """The model routes alone, without the middleware: what an upstream model server looks like."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await model.aclose()
 
-    app = FastAPI(title="agentic gateway", lifespan=lifespan)
+    routes = [routing.Route(path, ModelRoute(model, route), methods=["POST"]) for path, route in ROUTES.items()]
+    app = Starlette(routes=[*routes, routing.Route("/health", health, methods=["GET"])], lifespan=lifespan)
     app.state.model = model
-
-    def endpoint(route: Route) -> Callable[[Request], Awaitable[Response]]:
-        async def forward(request: Request) -> Response:
-            return await model(request, route)
-
-        return forward
-
-    # Plain Starlette routes, not FastAPI's: they take a Request and return a Response, so FastAPI's request handling
-    # (dependencies, validation) would do nothing here but cost about 0.2 ms a call, and the middleware's loop calls
-    # these routes once per round (docs/performance.md).
-    for path, route in ROUTES.items():
-        app.add_route(path, endpoint(route), methods=["POST"])
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
     return app
 
 
-def create_app(config: str | os.PathLike[str] | Settings = CONFIG, model: Model | None = None) -> FastAPI:
+def create_app(config: str | os.PathLike[str] | Settings = CONFIG, model: Model | None = None) -> Starlette:
     """The gateway; the config is read and checked now, so a mistake in it stops the start, not a request."""
     settings = config if isinstance(config, Settings) else load_config(config)
     app = model_app(model or DemoModel())
@@ -71,7 +83,7 @@ def model_from_env() -> Model:
     return Upstream(upstream) if upstream else DemoModel()
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> Starlette:
     """The app factory that each uvicorn worker calls: the config named by AGENTIC_GATEWAY_CONFIG (default: the
     example's), in front of the model `model_from_env` picks. Nothing is shared between workers."""
     return create_app(os.environ.get(CONFIG_VARIABLE) or CONFIG, model_from_env())
