@@ -1,4 +1,4 @@
-"""examples/gateway: the YAML-configured FastAPI gateway, its demo model, and forwarding to an upstream over HTTP."""
+"""examples/gateway: the YAML-configured Starlette gateway, its demo model, and forwarding to an upstream over HTTP."""
 
 from __future__ import annotations
 
@@ -366,3 +366,19 @@ def test_the_demo_command_prints_every_answer(capsys: pytest.CaptureFixture[str]
     assert 'A: According to "Git"' in out
     assert "called 8 times for these 4 requests" in out
     assert re.search(r"A: It is \d\d:\d\d in Tokyo \(UTC\+09:00\)\.", out)
+
+
+def test_serving_the_gateway_imports_neither_fastapi_nor_a_websocket_library() -> None:
+    """What the start-up is made of: the app as each uvicorn worker builds it, in front of an upstream, loads neither
+    FastAPI nor a websocket library: it serves with neither, and importing them cost each start about 0.2 s of CPU."""
+    script = (
+        "import sys, uvicorn\n"
+        "from examples.gateway.__main__ import main\n"
+        "uvicorn.run = lambda target, **options: uvicorn.Config(target, **options).load()\n"
+        "main(['--port', '0'])\n"
+        "print(sorted({name.partition('.')[0] for name in sys.modules} & {'fastapi', 'websockets', 'wsproto'}))"
+    )
+    env = {"AGENTIC_UPSTREAM": "http://127.0.0.1:9/v1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
