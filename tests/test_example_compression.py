@@ -9,12 +9,12 @@ import weakref
 from typing import Any
 
 import pytest
-from conftest import http_client
+from conftest import http_client, openai_client
 from support import Route, post
 
 import examples.compression.hook as compression_module
 from agentic_middleware import AgenticLoopMiddleware
-from agentic_middleware.testing import RecordedRequest, ScriptedModel
+from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
 from examples.compression import CompressionHook
 
 LONG = "".join(f"line {n}: the quarterly report says revenue grew. " for n in range(120))  # ~5,600 chars
@@ -81,6 +81,29 @@ async def test_the_model_sees_a_stub_and_retrieve_returns_the_original(route: Ro
     result = last_result(route, rerun)
     assert result["content"] == LONG and "is_error" not in result
     assert tool_output(route, rerun) == stub("c1", LONG)  # the rerun keeps the stubs; only the result is whole
+
+
+async def test_on_responses_tool_outputs_and_input_text_are_stubbed_and_retrieve_serves_them() -> None:
+    other = "Another long document. " * 100
+    items: list[Any] = [
+        {"role": "user", "content": [{"type": "input_text", "text": other}]},
+        {"type": "function_call", "call_id": "t1", "name": "fetch", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "t1", "output": LONG},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Fetched."}]},
+        {"role": "user", "content": f"{LONG} What did the report say?"},
+    ]
+    model = ScriptedModel(response(function_call("retrieve", {"key": "c2"}, "call_r")), response("Revenue grew."))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[CompressionHook(threshold=1000)]))
+
+    answer = await client.responses.create(model="m", input=items)
+
+    assert answer.output_text == "Revenue grew."
+    first, rerun = (request.body for request in model.requests)
+    assert first["input"][0]["content"] == [{"type": "input_text", "text": stub("c1", other)}]
+    assert first["input"][2]["output"] == stub("c2", LONG)
+    assert first["input"][4] == items[4]  # the message the model acts on is never stubbed
+    assert [tool["name"] for tool in first["tools"]] == ["retrieve"]
+    assert rerun["input"][-1] == {"type": "function_call_output", "call_id": "call_r", "output": LONG}
 
 
 async def test_text_blocks_and_strings_are_stubbed_in_order_and_the_current_turn_is_kept() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from agentic_middleware import ServerTools, server_tool
+from agentic_middleware.surfaces import surface_for
 
 STASH = "compression_stash"
 STUB_MARK = "[compressed: "
@@ -37,20 +38,21 @@ class CompressionHook(ServerTools):
     async def async_pre_agentic_loop_request_hook(  # None keeps the client's bytes
         self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
     ) -> dict[str, Any] | None:
-        messages = request.get("messages")
+        api_surface = kwargs["_agentic_loop_api_surface"]
+        field = surface_for(api_surface).messages_field  # `input` on Responses, where a string input is all current
+        messages = request.get(field)
         if not isinstance(messages, list):
             return None
         stash: dict[str, str] = {}
-        chat = kwargs["_agentic_loop_api_surface"] == "chat_completions"
         protected = _protected(messages)
         squeezed = [
-            message if index in protected else self._message(message, stash, chat)
+            message if index in protected else self._message(message, stash, api_surface)
             for index, message in enumerate(messages)
         ]
         if not stash:
             return None  # nothing long: leave the request as the client sent it, without a retrieve tool
         logging_obj.model_call_details[STASH] = stash
-        return await super().async_pre_agentic_loop_request_hook({**request, "messages": squeezed}, logging_obj, kwargs)
+        return await super().async_pre_agentic_loop_request_hook({**request, field: squeezed}, logging_obj, kwargs)
 
     async def async_should_run_agentic_loop(
         self,
@@ -79,9 +81,20 @@ class CompressionHook(ServerTools):
             f"{text[: self.preview]}..."
         )
 
-    def _message(self, message: Any, stash: dict[str, str], chat: bool) -> Any:
-        """A message with its long texts stubbed: chat user/tool strings; messages strings, text and tool results."""
-        if not isinstance(message, dict) or message.get("role") not in (("user", "tool") if chat else ("user",)):
+    def _message(self, message: Any, stash: dict[str, str], api_surface: str) -> Any:
+        """A message with its long texts stubbed: chat user/tool strings; messages strings, text and tool results;
+        Responses user messages (strings, `input_text` parts) and tool outputs (`function_call_output` and the like)."""
+        chat = api_surface == "chat_completions"
+        if not isinstance(message, dict):
+            return message
+        if api_surface == "responses" and _role(message) == "tool":
+            output = message.get("output")
+            if isinstance(output, str):
+                return {**message, "output": self._stub(output, stash)}
+            if isinstance(output, list):
+                return {**message, "output": [self._block(block, stash) for block in output]}
+            return message
+        if message.get("role") not in (("user", "tool") if chat else ("user",)):
             return message
         content = message.get("content")
         if isinstance(content, str):
@@ -93,7 +106,7 @@ class CompressionHook(ServerTools):
     def _block(self, block: Any, stash: dict[str, str]) -> Any:
         if not isinstance(block, dict):
             return block
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
+        if block.get("type") in ("text", "input_text") and isinstance(block.get("text"), str):
             return {**block, "text": self._stub(block["text"], stash)}
         if block.get("type") == "tool_result":
             content = block.get("content")
@@ -106,10 +119,22 @@ class CompressionHook(ServerTools):
 
 def _protected(messages: list[Any]) -> set[int]:
     """The current turn, which the model acts on: the last user message and everything after the last assistant."""
-    roles = [message.get("role") if isinstance(message, dict) else None for message in messages]
+    roles = [_role(message) for message in messages]
     last_user = max((index for index, role in enumerate(roles) if role == "user"), default=-1)
     last_assistant = max((index for index, role in enumerate(roles) if role == "assistant"), default=-1)
     return {last_user, *range(last_assistant + 1, len(messages))}
+
+
+def _role(message: Any) -> Any:
+    """Who a history entry is from; a Responses item without a role is a tool's output or the model's own item."""
+    if not isinstance(message, dict):
+        return None
+    if "role" in message:
+        return message["role"]
+    kind = message.get("type")
+    if not isinstance(kind, str):
+        return None
+    return "tool" if kind.endswith("_call_output") else "assistant"
 
 
 compression_hook = CompressionHook()
