@@ -142,9 +142,11 @@ class AgenticLoopMiddleware:
             takes_part = bool(self.hooks) and (not streaming or mode is not None)
             stream_options = relay = None
             if takes_part:
-                problem = _wrong_type(body)
+                problem, code = _wrong_type(body), "invalid_request"
+                if not problem:
+                    problem, code = surface.unsupported(body), "unsupported_parameter"
                 if problem:
-                    error = surface.error_body(400, problem, "invalid_request")
+                    error = surface.error_body(400, problem, code)
                     await send(json_start(400, len(error)))
                     await send({"type": "http.response.body", "body": error})
                     return

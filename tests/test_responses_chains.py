@@ -16,7 +16,7 @@ from storing import StoringModel
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError
 from agentic_middleware.chains import MemoryChainStore
-from agentic_middleware.testing import function_call, response
+from agentic_middleware.testing import ScriptedModel, function_call, response
 from agentic_middleware.tools import ServerTools, server_tool
 from examples.gateway import serving
 
@@ -262,3 +262,24 @@ async def test_a_follow_up_that_passes_through_is_rewritten_too() -> None:
 def test_a_chain_store_without_get_and_put_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="chain_store must have async get"):
         AgenticLoopMiddleware(model_for("answer").model, chain_store=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_conversation_is_refused_before_the_app_is_called(stream: bool) -> None:
+    model = ScriptedModel(response("never"))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming=True))
+
+    with pytest.raises(openai.BadRequestError, match="conversation is not supported") as raised:
+        await first_turn(client, stream, conversation="conv_1")
+
+    assert raised.value.code == "unsupported_parameter"
+    assert model.requests == []
+
+
+async def test_a_conversation_passes_through_where_no_hook_runs() -> None:
+    model = ScriptedModel(response("as the app says"))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[]))
+
+    answer = await client.responses.create(model="m", input="q", conversation="conv_1")
+
+    assert answer.output_text == "as the app says" and model.requests[0].body["conversation"] == "conv_1"

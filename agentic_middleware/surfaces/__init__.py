@@ -199,6 +199,10 @@ class Surface(ABC):
         """The request without model and conversation: the plan builders' optional parameters."""
         return {key: value for key, value in body.items() if key not in ("model", self.messages_field)}
 
+    def unsupported(self, body: dict[str, Any]) -> str | None:
+        """Why a request of this format cannot take part in the loop, if it cannot: a 400 before any call of the app."""
+        return None
+
     def rerun_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """A patched body made ready to send again; a format whose reruns need more than the patch says so here."""
         return body

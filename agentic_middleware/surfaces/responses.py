@@ -106,6 +106,17 @@ class Responses(Surface):
         value = body.get("input")
         return [{"role": "user", "content": value}] if isinstance(value, str) else value
 
+    def unsupported(self, body: dict[str, Any]) -> str | None:
+        """`conversation`: the app appends each call's input and output to it, so every rerun (which sends the whole
+        turn again) would add the turn's items to it once more, and a refused turn would leave a server call there
+        without its output. Refused rather than corrupted."""
+        if body.get("conversation") is None:
+            return None
+        return (
+            "conversation is not supported on this gateway, whose server-side tools rerun the model within one "
+            "request: chain with previous_response_id, or send the history in input"
+        )
+
     def rerun_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """With `store: false` the app kept no item: replayed output items go without their ids."""
         items = body.get("input")
