@@ -88,20 +88,19 @@ class CompressionHook(ServerTools):
         if not isinstance(message, dict):
             return message
         if api_surface == "responses" and _role(message) == "tool":
-            output = message.get("output")
-            if isinstance(output, str):
-                return {**message, "output": self._stub(output, stash)}
-            if isinstance(output, list):
-                return {**message, "output": [self._block(block, stash) for block in output]}
-            return message
+            return self._field(message, "output", stash)
         if message.get("role") not in (("user", "tool") if chat else ("user",)):
             return message
-        content = message.get("content")
+        return self._field(message, "content", stash, blocks=not chat)
+
+    def _field(self, value: dict[str, Any], key: str, stash: dict[str, str], blocks: bool = True) -> Any:
+        """`value` with `value[key]` stubbed: a string, or (with `blocks`) each block of a list."""
+        content = value.get(key)
         if isinstance(content, str):
-            return {**message, "content": self._stub(content, stash)}
-        if isinstance(content, list) and not chat:
-            return {**message, "content": [self._block(block, stash) for block in content]}
-        return message
+            return {**value, key: self._stub(content, stash)}
+        if isinstance(content, list) and blocks:
+            return {**value, key: [self._block(block, stash) for block in content]}
+        return value
 
     def _block(self, block: Any, stash: dict[str, str]) -> Any:
         if not isinstance(block, dict):
@@ -109,11 +108,7 @@ class CompressionHook(ServerTools):
         if block.get("type") in ("text", "input_text") and isinstance(block.get("text"), str):
             return {**block, "text": self._stub(block["text"], stash)}
         if block.get("type") == "tool_result":
-            content = block.get("content")
-            if isinstance(content, str):
-                return {**block, "content": self._stub(content, stash)}
-            if isinstance(content, list):
-                return {**block, "content": [self._block(inner, stash) for inner in content]}
+            return self._field(block, "content", stash)
         return block
 
 
