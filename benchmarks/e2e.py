@@ -324,10 +324,13 @@ async def end_to_end(config: Config) -> list[Row]:
 
 
 def litellm_python(config: Config) -> str | None:
-    """The interpreter for the LiteLLM side: the one running the benchmark if it has LiteLLM, else the one given."""
-    if importlib.util.find_spec("litellm") is not None:
-        return sys.executable
-    return config.litellm_python
+    """The interpreter for the LiteLLM side: the one given, else the one running the benchmark if it has LiteLLM.
+
+    The one given comes first: the test extra installs LiteLLM's SDK without its proxy's dependencies, so the
+    benchmark's own interpreter may import `litellm` yet be unable to start `litellm --config`."""
+    if config.litellm_python:
+        return config.litellm_python
+    return sys.executable if importlib.util.find_spec("litellm") is not None else None
 
 
 def skipped(measure: str, detail: str = "") -> Row:

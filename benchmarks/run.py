@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument(
         "--litellm-python",
         default=os.environ.get("LITELLM_PYTHON"),
-        help="an interpreter that has LiteLLM, for case 6 when this one has not (default: $LITELLM_PYTHON)",
+        help="a Python with LiteLLM and its proxy, for case 6 (default: $LITELLM_PYTHON, else this one if it has it)",
     )
     args = parser.parse_args(argv)
     if importlib.util.find_spec("matplotlib") is None:
