@@ -113,6 +113,8 @@ class AskingHooks:
                 logger=logging.LoggerAdapter(logger, {"litellm_call_id": self.call_id}),
                 model_call_details=model_call_details(self.body, self.provider, self.dispatch.scope["state"]),
             )
+            if isinstance(self.events, LiveStream):  # native records go out as each search completes
+                self.events.records.keep(self._logging_obj.model_call_details)
         return self._logging_obj
 
     async def prepared(self, raw: bytes) -> bytes:

@@ -23,6 +23,8 @@ from starlette.types import Message, Send
 from .asgi import Headers, ResponseCapture, json_start, media_type
 from .disconnect import ClientWriter
 from .dispatch import Reply
+from .native import NativeRun
+from .native.live import LiveRecords
 from .sse_reader import SSEReader
 from .stream import SSE_HEADERS, error_of
 from .surfaces import AppStreamError, StreamMismatch, StreamRelay, Surface
@@ -73,6 +75,7 @@ class LiveStream:
         self.done = False  # the stream's end was written, or the client left
         self.last_write = 0.0
         self.pinger: asyncio.Task[None] | None = None
+        self.records = LiveRecords(self.record)  # native records, sent as each search completes
 
     async def open(self) -> None:
         """Nothing is sent yet: the response starts with the first round's answer."""
@@ -102,6 +105,15 @@ class LiveStream:
     async def send(self, data: bytes) -> None:
         """Send events to the client now."""
         await self.written({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def record(self, run: NativeRun, round: int) -> bool:
+        """Send a native call's record now, if the relay can place it (see `StreamRelay.record`)."""
+        events = self.relay.record(run, round)
+        if events is None:
+            return False
+        if events:
+            await self.send(b"".join(events))
+        return True
 
     async def written(self, message: Message, wait_on_app: bool = True) -> None:
         if wait_on_app:  # between two writes the loop waits on the app, which lets a disconnect be heard

@@ -21,6 +21,7 @@ from .concurrency import awaitable
 from .errors import ConfigurationError
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
 from .native import MAX_USES_EXCEEDED, UNAVAILABLE, NativeOptions, NativeRequest, NativeRound, NativeRun, query_of
+from .native.live import LiveRecords
 from .schema import description_of, function_schema
 from .surfaces import Surface, ToolResult, surface_for
 
@@ -142,8 +143,8 @@ class ServerTools(AgenticHook):
     native: Mapping[str, str] = field(default_factory=dict)
     timeout: float = 30.0
     keep_trace: bool = False
-    # Streaming clients get the loop too (see the middleware's `streaming`); with `native`, a request that declares a
-    # native tool streams buffered: its records go in front of the final round, which a live stream already sent.
+    # Streaming clients get the loop too, live (see the middleware's `streaming`): native records go out as each
+    # search completes (native/live.py).
     agentic_loop_streaming: bool | str | Callable[[dict[str, Any]], Any] = True
 
     def __post_init__(self) -> None:
@@ -156,16 +157,6 @@ class ServerTools(AgenticHook):
         unknown = sorted(set(self.native.values()) - set(self.by_name))
         if unknown:
             raise ConfigurationError(f"native maps to tools that are not served: {unknown}")
-        if self.native and self.agentic_loop_streaming is True:
-            self.agentic_loop_streaming = self._streaming
-
-    def _streaming(self, request: dict[str, Any]) -> bool | str:
-        """ "buffered" for a request that declares a native tool this hook maps, else live."""
-        tools = request.get("tools")
-        declared = any(self._native_target(tool) for tool in (tools if isinstance(tools, list) else ()))
-        if declared or ("web_search" in self.native and isinstance(request.get("web_search_options"), dict)):
-            return "buffered"
-        return True
 
     def declared_tool_names(self) -> list[str]:
         """The names this hook declares now; the middleware refuses two hooks that declare the same one."""
@@ -254,7 +245,9 @@ class ServerTools(AgenticHook):
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         calls = claim["tool_calls"]
         native = NativeRequest.of(logging_obj)
-        runs = await asyncio.gather(*(self._run(surface, call, logging_obj, native) for call in calls))
+        jobs = [self._run(surface, call, logging_obj, native) for call in calls]
+        live = LiveRecords.of(logging_obj) if native is not None else None  # records go out as each search ends
+        runs, streamed = await live.run(jobs) if live is not None else (await asyncio.gather(*jobs), False)
         results = [result for result, _ in runs]
         trace = [
             {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
@@ -263,7 +256,7 @@ class ServerTools(AgenticHook):
         follow_up = [*messages, *surface.follow_up(response, calls, results)]
         metadata: dict[str, Any] = {TRACE_FIELD: trace}
         if recorded := tuple(run for _, run in runs if run is not None):
-            metadata[NATIVE_FIELD] = NativeRound(response, recorded)
+            metadata[NATIVE_FIELD] = NativeRound(response, recorded, streamed)
         return AgenticLoopPlan(
             run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=follow_up), metadata=metadata
         )

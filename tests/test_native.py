@@ -451,15 +451,3 @@ async def test_calls_the_app_sent_without_ids_get_records_that_pair_up() -> None
     results = [block for block in reply.content if isinstance(block, WebSearchToolResultBlock)]
     assert len({use.id for use in uses}) == 2 and all(len(use.id) > len("srvtoolu_") for use in uses)
     assert [result.tool_use_id for result in results] == [use.id for use in uses]
-
-
-@pytest.mark.parametrize(("tools", "live"), [([native_tool()], False), ([], True)])
-async def test_a_stream_that_declares_a_native_tool_is_buffered(tools: list[Any], live: bool) -> None:
-    """Its records go in front of the final round, which a live stream would have sent already."""
-    model = searching_model("capital", answer=ANSWER)
-    request: dict[str, Any] = {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": QUESTION}]}
-    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[Search([CANBERRA]).hook()]))
-    async with client.messages.stream(**request, tools=tools) as stream:
-        final = await stream.get_final_message()
-    assert final.content[-1].text == ANSWER  # type: ignore[union-attr]
-    assert model.requests[0].body.get("stream") is (True if live else None)

@@ -160,10 +160,12 @@ class NativeRun(NamedTuple):
 
 
 class NativeRound(NamedTuple):
-    """The record of one round with native calls: the app's answer, and the native calls that ran."""
+    """The record of one round with native calls: the app's answer, and the native calls that ran; `streamed` when
+    a live stream already sent their records (see native/live.py), so the final answer carries only the rest."""
 
     response: dict[str, Any]
     runs: tuple[NativeRun, ...]
+    streamed: bool = False
 
     def searches(self) -> int:
         """The searches that ran and answered: what `usage.server_tool_use.web_search_requests` counts."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..payload import JSONObject
@@ -20,7 +20,7 @@ def server_id(call_id: Any) -> str:
     return f"srvtoolu_{call_id.removeprefix('toolu_')}"
 
 
-def _pair(run: NativeRun, block_id: str) -> list[dict[str, Any]]:
+def pair(run: NativeRun, block_id: str) -> list[dict[str, Any]]:
     """A call's `server_tool_use` block and its `web_search_tool_result` block."""
     content: Any
     if run.error_code is not None:
@@ -47,8 +47,34 @@ def _is_run(block: Any, run: NativeRun) -> bool:
     return block is run.call or (bool(block.get("id")) and block.get("id") == run.call.get("id"))
 
 
+def cited(text: str, runs: Sequence[tuple[NativeRun, str]]) -> list[dict[str, Any]]:
+    """The `web_search_result_location` citations of a text that names the URLs of these runs' results (each run with
+    its record's id), in the runs' order, then the results' order."""
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for position, (run, block_id) in enumerate(runs):
+        for number, source, _ in citations(text, run.result.sources):
+            found.setdefault(
+                (position, number),
+                {
+                    "type": CITATION_TYPE,
+                    "url": source.url,
+                    "title": source.title,
+                    "encrypted_index": encode_text(f"{block_id}:{number}"),
+                    "cited_text": " ".join(source.text.split())[:CITED_CHARS],
+                },
+            )
+    return list(found.values())
+
+
 class MessagesNative(NativeFormat):
     def record(self, final: dict[str, Any], round: NativeRound) -> dict[str, Any]:
+        usage = dict(final.get("usage") or {})
+        counted = dict(usage.get("server_tool_use") or {})
+        counted["web_search_requests"] = (counted.get("web_search_requests") or 0) + round.searches()
+        counted.setdefault("web_fetch_requests", 0)
+        usage["server_tool_use"] = counted
+        if round.streamed:  # the records and the citations went out live (MessagesRelay): the count is what is left
+            return JSONObject(final, usage=usage)
         ids = [server_id(run.call.get("id")) for run in round.runs]
         shown: list[Any] = []
         for block in round.response.get("content") or ():
@@ -57,45 +83,27 @@ class MessagesNative(NativeFormat):
                 continue
             position = next((at for at, run in enumerate(round.runs) if _is_run(block, run)), None)
             if position is not None:
-                shown += _pair(
+                shown += pair(
                     round.runs[position], ids[position]
                 )  # other calls (the server's other tools, the client's own) stay out of it
         content = final.get("content")
-        later = [self._cited(block, round, ids) for block in (content if isinstance(content, list) else ())]
-        usage = dict(final.get("usage") or {})
-        counted = dict(usage.get("server_tool_use") or {})
-        counted["web_search_requests"] = (counted.get("web_search_requests") or 0) + round.searches()
-        counted.setdefault("web_fetch_requests", 0)
-        usage["server_tool_use"] = counted
+        runs = list(zip(round.runs, ids, strict=True))
+        later = [_cited(block, runs) for block in (content if isinstance(content, list) else ())]
         return JSONObject(final, content=[*shown, *later], usage=usage)
-
-    def _cited(self, block: Any, round: NativeRound, ids: list[str]) -> Any:
-        """A text block with citations of the round's results whose URLs it names, in front of any it has."""
-        if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            return block
-        found: dict[tuple[int, int], dict[str, Any]] = {}
-        for position, run in enumerate(round.runs):
-            for number, source, _ in citations(block["text"], run.result.sources):
-                block_id = ids[position]
-                found.setdefault(
-                    (position, number),
-                    {
-                        "type": CITATION_TYPE,
-                        "url": source.url,
-                        "title": source.title,
-                        "encrypted_index": encode_text(f"{block_id}:{number}"),
-                        "cited_text": " ".join(source.text.split())[:CITED_CHARS],
-                    },
-                )
-        if not found:
-            return block
-        return {**block, "citations": [*found.values(), *(block.get("citations") or [])]}
 
     def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not any(_recorded(turn) for turn in messages):
             return body
         return {**body, "messages": list(_turned_back(messages, names))}
+
+
+def _cited(block: Any, runs: Sequence[tuple[NativeRun, str]]) -> Any:
+    """A text block with citations of the runs' results whose URLs it names, in front of any it has."""
+    if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+        return block
+    found = cited(block["text"], runs)
+    return {**block, "citations": [*found, *(block.get("citations") or [])]} if found else block
 
 
 def _recorded(turn: Any) -> bool:

@@ -14,7 +14,7 @@ import orjson
 from ..sse_reader import ServerSentEvent
 
 if TYPE_CHECKING:
-    from ..native import NativeFormat
+    from ..native import NativeFormat, NativeRun
 
 
 class Image(NamedTuple):
@@ -176,6 +176,13 @@ class StreamRelay(ABC):
 
     def error_event(self, status: int, message: str, code: str) -> bytes | None:
         """The event that reports a failure now, in this stream's state; None: the surface's `error_event`."""
+        return None
+
+    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+        """The client's events for the record of a native call that just completed (between two rounds: after what
+        the client has, in the `round`-th round with native calls), and the relay's note of its sources, so that
+        later text cites them as the final answer would. None: it cannot go out now (nothing was streamed yet, or
+        the format has no records), and goes in the final answer instead (see native/live.py)."""
         return None
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 
 from .. import sse
-from ..native import NativeFormat
-from ..native.messages import MessagesNative
+from ..native import NativeFormat, NativeRun
+from ..native.messages import MessagesNative, cited, pair, server_id
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Claims, Pieces, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
@@ -146,18 +146,21 @@ class MessagesRelay(StreamRelay):
     rounds' blocks, and one `message_delta` and `message_stop` at the very end.
 
     Within a round, everything from the first `tool_use` block on is held: tool calls come last, and
-    holding the rest keeps the client's blocks in the app's order.
+    holding the rest keeps the client's blocks in the app's order. Native records go out between rounds,
+    and the text after them gets `citations_delta`s of their results before its `content_block_stop`.
     """
 
     def __init__(self) -> None:
         self.started = False  # the client has a `message_start`
         self.base = 0  # the client's index of this round's first block
         self.sent = 0  # blocks of this round that went out
+        self.recorded = 0  # native record blocks that went out after them
+        self.records: list[tuple[NativeRun, str]] = []  # every native call recorded so far, with its block id
         self.begin_round()
 
     def begin_round(self) -> None:
-        self.base += self.sent
-        self.sent = 0
+        self.base += self.sent + self.recorded
+        self.sent = self.recorded = 0
         self.holding = False
         self.held: list[bytes] = []
         self.message: dict[str, Any] | None = None
@@ -206,6 +209,8 @@ class MessagesRelay(StreamRelay):
                     block[name] = text
                 elif text:
                     block["input"] = orjson.loads(text)
+            if self.records and block.get("type") == "text" and isinstance(block.get("text"), str):
+                return self.cite(index, block["text"], self.out(event, kind, payload))
             return self.out(event, kind, payload)
         if kind == "message_start":
             self.message = dict(payload["message"])
@@ -247,6 +252,35 @@ class MessagesRelay(StreamRelay):
             self.held.append(client)
             return _NOTHING
         return (client,)
+
+    def cite(self, index: int, text: str, stop: Sequence[bytes]) -> Sequence[bytes]:
+        """A text block's stop, after a `citations_delta` for each result of the records so far that it names: the
+        citations the final answer of the JSON path has (the round's own answer, which hooks judge, has none)."""
+        at = index + self.base
+        deltas = [
+            sse.named_event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": at, "delta": {"type": "citations_delta", "citation": c}},
+            )
+            for c in cited(text, self.records)
+        ]
+        if not deltas:
+            return stop
+        if self.holding:
+            self.held[-1:-1] = deltas  # in front of the held stop
+            return _NOTHING
+        return [*deltas, *stop]
+
+    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+        if not self.started:
+            return None
+        block_id = server_id(run.call.get("id"))
+        self.records.append((run, block_id))
+        events: list[bytes] = []
+        for block in pair(run, block_id):
+            events += sse.messages_block(self.base + self.sent + self.recorded, block)
+            self.recorded += 1
+        return events
 
     def body(self) -> dict[str, Any] | None:
         if self.message is None or not self.stopped:

@@ -1,0 +1,64 @@
+"""Native records on a live stream: each search's record goes to the client as soon as the search completes.
+
+The tools run inside `ServerTools`' plan, between two rounds of the stream; the stream's relay writes the records.
+`LiveRecords` joins the two: the live stream makes one per request and the loop keeps it in the request's
+`logging_obj`, where `ServerTools` finds it. It runs a round's calls concurrently and hands each native call's
+record to the stream in the calls' order, each as soon as it and every call before it are done, so a slow search
+holds back only the records after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from ..surfaces import ToolResult
+from . import NativeRun
+
+RECORDS_KEY = "agentic_native_live"  # where a live request's records go, in its `logging_obj.model_call_details`
+
+Ran = tuple[ToolResult, NativeRun | None]  # a call's result, and its native record if the client declared the tool
+
+
+class LiveRecords:
+    """One live request's way to the client for native records.
+
+    `write(run, round)` is the live stream's: it sends the record of `run`, a call of the `round`-th round with
+    native calls (counted from 0), and says whether it could (False: nothing was streamed yet, or the route has no
+    records; the record then goes in the final answer, as without a live stream).
+    """
+
+    def __init__(self, write: Callable[[NativeRun, int], Awaitable[bool]]) -> None:
+        self.write = write
+        self.rounds = 0
+
+    @staticmethod
+    def of(logging_obj: Any) -> LiveRecords | None:
+        details = getattr(logging_obj, "model_call_details", None)
+        records = details.get(RECORDS_KEY) if isinstance(details, dict) else None
+        return records if isinstance(records, LiveRecords) else None
+
+    def keep(self, details: dict[str, Any]) -> None:
+        details[RECORDS_KEY] = self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LiveRecords:
+        return self  # a connection, not data: a hook that copies the request's details shares it
+
+    async def run(self, calls: Sequence[Awaitable[Ran]]) -> tuple[list[Ran], bool]:
+        """Every call's outcome, in order, with whether the round's native records all went to the client.
+
+        The calls run concurrently; each native record is written once its call and all calls before it are done.
+        """
+        round, self.rounds = self.rounds, self.rounds + 1
+        tasks = [asyncio.ensure_future(call) for call in calls]
+        streamed = True
+        try:
+            for task in tasks:
+                _, run = await task
+                if run is not None and streamed:  # once one could not go out, the rest go in the final answer too
+                    streamed = await self.write(run, round)
+        finally:
+            for task in tasks:
+                task.cancel()  # only those not done: the request was cancelled, or the client left
+        return [task.result() for task in tasks], streamed

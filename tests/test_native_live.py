@@ -1,0 +1,196 @@
+"""Native records on live streams (docs/native-tools.md), under uvicorn on 127.0.0.1 with the official SDKs' stream
+helpers: each search's record reaches the client as soon as the search completes, and the streamed answer is the JSON
+answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from anthropic.types import (
+    CitationsWebSearchResultLocation,
+    ServerToolUseBlock,
+    TextBlock,
+    WebSearchToolResultBlock,
+)
+from openai.types.responses import ResponseFunctionWebSearch
+from streams import event_stream
+from test_native import ANSWER, CANBERRA, QUESTION, SPAM, SYDNEY, WEB_SEARCH, Search, native_tool, own_vocabulary
+
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.native import NativeOptions, search_result
+from agentic_middleware.surfaces import ToolResult
+from agentic_middleware.testing import (
+    RecordedRequest,
+    ScriptedModel,
+    chat_completion,
+    function_call,
+    message,
+    response,
+    tool_call,
+    tool_use,
+)
+from examples.gateway import serving
+
+USAGE = {"input_tokens": 30, "output_tokens": 7}
+
+
+def streamed(body: dict[str, Any]) -> Callable[[RecordedRequest], Any]:
+    """A script step that answers with the body as the app's own event stream, a few characters per delta."""
+    if "choices" in body:
+        return lambda request: event_stream(sse.chat_chunks(body, include_usage=True, chunk_size=5))
+    if "output" in body:
+        return lambda request: event_stream(sse.responses_events(body, chunk_size=5))
+    return lambda request: event_stream(sse.messages_events(body, chunk_size=5))
+
+
+def clients(url: str) -> tuple[anthropic.AsyncAnthropic, openai.AsyncOpenAI]:
+    options: Any = {"api_key": "test-key", "max_retries": 0}
+    return anthropic.AsyncAnthropic(base_url=url, **options), openai.AsyncOpenAI(base_url=f"{url}/v1", **options)
+
+
+def messages_request(*tools: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": QUESTION}], "tools": list(tools)}
+
+
+async def json_and_stream(
+    replies: list[dict[str, Any]], hook: Callable[[], ServerTools], request: dict[str, Any]
+) -> tuple[anthropic.types.Message, anthropic.types.Message, ScriptedModel]:
+    """The JSON answer of the scripted rounds, and the message the SDK's stream helper gets of the same rounds
+    streamed by the app."""
+    live = ScriptedModel(*(streamed(reply) for reply in replies))
+    async with serving(AgenticLoopMiddleware(ScriptedModel(*replies), hooks=[hook()])) as url:
+        answer = await clients(url)[0].messages.create(**request)
+    async with serving(AgenticLoopMiddleware(live, hooks=[hook()])) as url:
+        async with clients(url)[0].messages.stream(**request) as stream:
+            final = await stream.get_final_message()
+    assert all(request.body.get("stream") is True for request in live.requests)  # live: the app streamed every round
+    return answer, final, live
+
+
+def dumped(message_: Any) -> list[dict[str, Any]]:
+    return [block.to_dict() for block in message_.content]
+
+
+@pytest.mark.parametrize("queries", [["capital"], ["capital", "population"]])
+async def test_the_stream_gives_the_json_answer_s_records_and_citations(queries: list[str]) -> None:
+    rounds = [message(f"Searching for {q}.", tool_use("web_search", {"query": q}), usage=USAGE) for q in queries]
+    replies = [*rounds, message(ANSWER, usage=USAGE)]
+    answer, final, _ = await json_and_stream(replies, Search([CANBERRA, SYDNEY]).hook, messages_request(native_tool()))
+
+    assert dumped(final) == dumped(answer)
+    assert [block.type for block in final.content] == [
+        *(["text", "server_tool_use", "web_search_tool_result"] * len(queries)),
+        "text",
+    ]
+    uses = [block for block in final.content if isinstance(block, ServerToolUseBlock)]
+    results = [block for block in final.content if isinstance(block, WebSearchToolResultBlock)]
+    assert [use.input for use in uses] == [{"query": q} for q in queries]
+    assert [result.tool_use_id for result in results] == [use.id for use in uses]
+    last = final.content[-1]
+    assert isinstance(last, TextBlock) and last.text == ANSWER
+    assert last.citations and all(isinstance(c, CitationsWebSearchResultLocation) for c in last.citations)
+    assert [c.url for c in last.citations] == [CANBERRA.url] * len(queries)  # each search found it
+    assert final.usage.server_tool_use is not None
+    assert final.usage.server_tool_use.web_search_requests == len(queries)
+    assert final.usage.server_tool_use == answer.usage.server_tool_use
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (answer.usage.input_tokens, answer.usage.output_tokens)
+
+
+async def test_parallel_searches_stream_as_the_json_answer_and_the_message_goes_back_as_history() -> None:
+    both = [tool_use("web_search", {"query": "a"}), tool_use("web_search", {"query": "b"})]
+    thinking = {"type": "thinking", "thinking": "Two things to look up.", "signature": "sig"}
+    replies = [message(thinking, "Searching twice.", *both, usage=USAGE), message(ANSWER, usage=USAGE)]
+    answer, final, live = await json_and_stream(
+        replies, Search([CANBERRA]).hook, messages_request(native_tool(max_uses=2))
+    )
+    assert dumped(final) == dumped(answer)
+    assert [block.type for block in final.content] == [
+        *("thinking", "text"),
+        *("server_tool_use", "web_search_tool_result", "server_tool_use", "web_search_tool_result"),
+        "text",
+    ]
+
+    # The streamed message sent back: the app gets its own vocabulary, the turns it had during the first turn.
+    def next_turn(request: RecordedRequest) -> Any:
+        own_vocabulary(request)
+        return streamed(message("About 470,000 people."))(request)
+
+    live.script.append(next_turn)
+    history: list[Any] = [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": final.content},
+        {"role": "user", "content": "And how many live there?"},
+    ]
+    async with serving(AgenticLoopMiddleware(live, hooks=[Search([CANBERRA]).hook()])) as url:
+        async with clients(url)[0].messages.stream(**{**messages_request(native_tool()), "messages": history}) as s:
+            second = await s.get_final_message()
+    assert [block.type for block in second.content] == ["text"]
+    turns = own_vocabulary(live.requests[2])
+    shapes = [[b["type"] for b in t["content"]] if isinstance(t["content"], list) else t["content"] for t in turns]
+    assert shapes == [
+        QUESTION,
+        ["thinking", "text", "tool_use", "tool_use"],
+        ["tool_result", "tool_result"],
+        ["text"],
+        "And how many live there?",
+    ]
+    read = [result["content"] for result in live.requests[1].body["messages"][-1]["content"]]
+    assert [result["content"] for result in turns[2]["content"]] == read  # what the model read during the turn
+
+
+async def test_a_first_result_reaches_the_client_before_a_slower_second_search_ends() -> None:
+    first_result_seen = asyncio.Event()
+    released_by_client: list[bool] = []
+
+    @server_tool(name="web_search", description="Search the web.")
+    async def web_search(query: str, native_options: NativeOptions | None = None) -> ToolResult:
+        if query == "slow":  # ends only once the client has the first search's result (or after 5 s: the test fails)
+            try:
+                await asyncio.wait_for(first_result_seen.wait(), 5)
+                released_by_client.append(True)
+            except TimeoutError:
+                released_by_client.append(False)
+        return search_result(query, [SYDNEY if query == "slow" else CANBERRA])
+
+    calls = [tool_use("web_search", {"query": "fast"}), tool_use("web_search", {"query": "slow"})]
+    model = ScriptedModel(streamed(message("Searching.", *calls)), streamed(message(ANSWER)))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([web_search], native={"web_search": "web_search"})])
+    seen: list[str] = []
+    async with serving(app) as url:
+        async with clients(url)[0].messages.stream(**messages_request(native_tool())) as stream:
+            async for event in stream:
+                if event.type == "content_block_start":
+                    block = event.content_block
+                    seen.append(block.type)
+                    if isinstance(block, WebSearchToolResultBlock) and isinstance(block.content, list):
+                        seen.append(block.content[0].url)
+                        first_result_seen.set()
+            final = await stream.get_final_message()
+    assert released_by_client == [True]
+    assert seen == [
+        *("text", "server_tool_use", "web_search_tool_result", CANBERRA.url),
+        *("server_tool_use", "web_search_tool_result", SYDNEY.url),
+        "text",
+    ]
+    assert final.usage.server_tool_use is not None and final.usage.server_tool_use.web_search_requests == 2
+
+
+async def test_max_uses_and_domain_filters_hold_on_a_stream() -> None:
+    search = Search([CANBERRA, SPAM, SYDNEY])
+    calls = [tool_use("web_search", {"query": "a"}), tool_use("web_search", {"query": "b"})]
+    replies = [message("Searching.", *calls), message(ANSWER)]
+    request = messages_request(native_tool(max_uses=1, blocked_domains=["spam.test"], allowed_domains=["example.org", "travel.test"]))
+    answer, final, live = await json_and_stream(replies, search.hook, request)
+    assert dumped(final) == dumped(answer)
+    found, exceeded = [block for block in final.content if isinstance(block, WebSearchToolResultBlock)]
+    assert isinstance(found.content, list) and [r.url for r in found.content] == [CANBERRA.url, SYDNEY.url]
+    assert not isinstance(exceeded.content, list) and exceeded.content.error_code == "max_uses_exceeded"
+    assert final.usage.server_tool_use is not None and final.usage.server_tool_use.web_search_requests == 1
+    told = live.requests[1].body["messages"][-1]["content"]
+    assert [result.get("is_error", False) for result in told] == [False, True]
+    assert "spam.test" not in told[0]["content"]
