@@ -65,9 +65,11 @@ async def json_and_stream(
     live = ScriptedModel(*(streamed(reply) for reply in replies))
     async with serving(AgenticLoopMiddleware(ScriptedModel(*replies), hooks=[hook()])) as url:
         answer = await clients(url)[0].messages.create(**request)
-    async with serving(AgenticLoopMiddleware(live, hooks=[hook()])) as url:
-        async with clients(url)[0].messages.stream(**request) as stream:
-            final = await stream.get_final_message()
+    async with (
+        serving(AgenticLoopMiddleware(live, hooks=[hook()])) as url,
+        clients(url)[0].messages.stream(**request) as stream,
+    ):
+        final = await stream.get_final_message()
     assert all(request.body.get("stream") is True for request in live.requests)  # live: the app streamed every round
     return answer, final, live
 
@@ -98,7 +100,10 @@ async def test_the_stream_gives_the_json_answer_s_records_and_citations(queries:
     assert final.usage.server_tool_use is not None
     assert final.usage.server_tool_use.web_search_requests == len(queries)
     assert final.usage.server_tool_use == answer.usage.server_tool_use
-    assert (final.usage.input_tokens, final.usage.output_tokens) == (answer.usage.input_tokens, answer.usage.output_tokens)
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (
+        answer.usage.input_tokens,
+        answer.usage.output_tokens,
+    )
 
 
 async def test_parallel_searches_stream_as_the_json_answer_and_the_message_goes_back_as_history() -> None:
@@ -126,9 +131,11 @@ async def test_parallel_searches_stream_as_the_json_answer_and_the_message_goes_
         {"role": "assistant", "content": final.content},
         {"role": "user", "content": "And how many live there?"},
     ]
-    async with serving(AgenticLoopMiddleware(live, hooks=[Search([CANBERRA]).hook()])) as url:
-        async with clients(url)[0].messages.stream(**{**messages_request(native_tool()), "messages": history}) as s:
-            second = await s.get_final_message()
+    async with (
+        serving(AgenticLoopMiddleware(live, hooks=[Search([CANBERRA]).hook()])) as url,
+        clients(url)[0].messages.stream(**{**messages_request(native_tool()), "messages": history}) as s,
+    ):
+        second = await s.get_final_message()
     assert [block.type for block in second.content] == ["text"]
     turns = own_vocabulary(live.requests[2])
     shapes = [[b["type"] for b in t["content"]] if isinstance(t["content"], list) else t["content"] for t in turns]
@@ -161,16 +168,15 @@ async def test_a_first_result_reaches_the_client_before_a_slower_second_search_e
     model = ScriptedModel(streamed(message("Searching.", *calls)), streamed(message(ANSWER)))
     app = AgenticLoopMiddleware(model, hooks=[ServerTools([web_search], native={"web_search": "web_search"})])
     seen: list[str] = []
-    async with serving(app) as url:
-        async with clients(url)[0].messages.stream(**messages_request(native_tool())) as stream:
-            async for event in stream:
-                if event.type == "content_block_start":
-                    block = event.content_block
-                    seen.append(block.type)
-                    if isinstance(block, WebSearchToolResultBlock) and isinstance(block.content, list):
-                        seen.append(block.content[0].url)
-                        first_result_seen.set()
-            final = await stream.get_final_message()
+    async with serving(app) as url, clients(url)[0].messages.stream(**messages_request(native_tool())) as stream:
+        async for event in stream:
+            if event.type == "content_block_start":
+                block = event.content_block
+                seen.append(block.type)
+                if isinstance(block, WebSearchToolResultBlock) and isinstance(block.content, list):
+                    seen.append(block.content[0].url)
+                    first_result_seen.set()
+        final = await stream.get_final_message()
     assert released_by_client == [True]
     assert seen == [
         *("text", "server_tool_use", "web_search_tool_result", CANBERRA.url),
@@ -184,7 +190,9 @@ async def test_max_uses_and_domain_filters_hold_on_a_stream() -> None:
     search = Search([CANBERRA, SPAM, SYDNEY])
     calls = [tool_use("web_search", {"query": "a"}), tool_use("web_search", {"query": "b"})]
     replies = [message("Searching.", *calls), message(ANSWER)]
-    request = messages_request(native_tool(max_uses=1, blocked_domains=["spam.test"], allowed_domains=["example.org", "travel.test"]))
+    request = messages_request(
+        native_tool(max_uses=1, blocked_domains=["spam.test"], allowed_domains=["example.org", "travel.test"])
+    )
     answer, final, live = await json_and_stream(replies, search.hook, request)
     assert dumped(final) == dumped(answer)
     found, exceeded = [block for block in final.content if isinstance(block, WebSearchToolResultBlock)]
@@ -194,3 +202,92 @@ async def test_max_uses_and_domain_filters_hold_on_a_stream() -> None:
     told = live.requests[1].body["messages"][-1]["content"]
     assert [result.get("is_error", False) for result in told] == [False, True]
     assert "spam.test" not in told[0]["content"]
+
+
+async def test_a_responses_stream_gives_the_json_answer_s_web_search_calls_live() -> None:
+    replies = [
+        response(
+            "Searching.",
+            function_call("web_search", {"query": "capital"}, call_id="call_ws1"),
+            function_call("web_search", {"query": "more"}, call_id="call_ws2"),
+        ),
+        response(ANSWER),
+    ]
+    search = Search([CANBERRA, SPAM, SYDNEY])
+    request: dict[str, Any] = {"model": "m", "input": QUESTION, "tools": [WEB_SEARCH]}
+    async with serving(AgenticLoopMiddleware(ScriptedModel(*replies), hooks=[search.hook()])) as url:
+        answer = await clients(url)[1].responses.create(**request)
+    live = ScriptedModel(*(streamed(reply) for reply in replies))
+    events: list[Any] = []
+    async with (
+        serving(AgenticLoopMiddleware(live, hooks=[search.hook()])) as url,
+        clients(url)[1].responses.stream(**request) as stream,
+    ):
+        events = [event async for event in stream]
+        final = await stream.get_final_response()
+    assert all(recorded.body.get("stream") is True for recorded in live.requests)
+
+    # (the stream helper's parsed types add `parsed: None`, which exclude_none leaves out)
+    assert [item.model_dump(exclude_none=True) for item in final.output] == [
+        item.model_dump(exclude_none=True) for item in answer.output
+    ]
+    assert [item.type for item in final.output] == ["message", "web_search_call", "web_search_call", "message"]
+    calls = [item for item in final.output if isinstance(item, ResponseFunctionWebSearch)]
+    assert [call.action.query for call in calls] == ["capital", "more"]  # type: ignore[union-attr]
+    assert [source.url for source in calls[0].action.sources or []] == [CANBERRA.url, SYDNEY.url]  # type: ignore[union-attr]
+    (citation,) = final.output[-1].content[0].annotations  # type: ignore[union-attr]
+    assert citation.url == CANBERRA.url  # type: ignore[union-attr]  # one per URL of the round's results
+
+    # One lifecycle, numbered throughout; each item at its place in the output, the searches' stages in order.
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    added = [event for event in events if event.type == "response.output_item.added"]
+    done = [event for event in events if event.type == "response.output_item.done"]
+    assert [(event.output_index, event.item.type) for event in added] == list(
+        enumerate(item.type for item in final.output)
+    )
+    assert [event.item.id for event in done] == [item.id for item in final.output]  # type: ignore[union-attr]
+    for position, call in ((1, calls[0]), (2, calls[1])):
+        stages = [event for event in events if event.type.startswith("response.web_search_call.")]
+        mine = [event.type.rsplit(".", 1)[1] for event in stages if event.item_id == call.id]  # type: ignore[union-attr]
+        assert mine == ["in_progress", "searching", "completed"]
+        assert {event.output_index for event in stages if event.item_id == call.id} == {position}  # type: ignore[union-attr]
+    assert sum(event.type == "response.output_text.annotation.added" for event in events) == 1
+
+    # The output items sent back as input: the app gets its own function calls and outputs.
+    live.script.append(streamed(response("About 470,000.")))
+    history = [{"role": "user", "content": QUESTION}, *(item.model_dump() for item in final.output)]
+    async with (
+        serving(AgenticLoopMiddleware(live, hooks=[search.hook()])) as url,
+        clients(url)[1].responses.stream(**{**request, "input": history}) as stream,
+    ):
+        follow = await stream.get_final_response()
+    assert follow.output_text == "About 470,000."
+    items = live.requests[2].body["input"]
+    assert [item.get("type", "message") for item in items] == [
+        *("message", "message", "function_call", "function_call_output", "function_call", "function_call_output"),
+        "message",
+    ]
+    read = [item["output"] for item in live.requests[1].body["input"] if item.get("type") == "function_call_output"]
+    assert [item["output"] for item in items if item.get("type") == "function_call_output"] == read
+
+
+async def test_a_chat_stream_with_web_search_options_streams_live_with_annotations() -> None:
+    replies = [
+        chat_completion("Searching.", tool_calls=[tool_call("web_search", {"query": "capital"})]),
+        chat_completion(ANSWER),
+    ]
+    live = ScriptedModel(*(streamed(reply) for reply in replies))
+    async with (
+        serving(AgenticLoopMiddleware(live, hooks=[Search([CANBERRA]).hook()])) as url,
+        clients(url)[1].chat.completions.stream(
+            model="m", messages=[{"role": "user", "content": QUESTION}], web_search_options={}
+        ) as stream,
+    ):
+        final = await stream.get_final_completion()
+    assert all(recorded.body.get("stream") is True for recorded in live.requests)
+    assert all("web_search_options" not in recorded.body for recorded in live.requests)
+    message_ = final.choices[0].message
+    assert message_.content == f"Searching.\n\n{ANSWER}"
+    (annotation,) = message_.annotations or []
+    assert annotation.url_citation.url == CANBERRA.url
+    assert ANSWER[annotation.url_citation.start_index : annotation.url_citation.end_index] == CANBERRA.url

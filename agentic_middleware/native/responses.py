@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from ..payload import JSONObject
-from . import NativeFormat, NativeRound, NativeRun, citations, encode_text, result_text
+from . import NativeFormat, NativeRound, NativeRun, Source, citations, encode_text, result_text
 
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 RECORD_TYPE = "web_search_call"
@@ -43,8 +43,18 @@ def _is_run(item: Any, run: NativeRun) -> bool:
     return item is run.call or (bool(item.get("call_id")) and item.get("call_id") == run.call.get("call_id"))
 
 
+def url_citations(text: str, sources: Sequence[Source]) -> list[dict[str, Any]]:
+    """The `url_citation` annotations of a text that names these results' URLs, in the order they stand in it."""
+    return [
+        {"type": "url_citation", "start_index": start, "end_index": start + len(s.url), "url": s.url, "title": s.title}
+        for _, s, start in sorted(citations(text, sources), key=lambda found: found[2])
+    ]
+
+
 class ResponsesNative(NativeFormat):
     def record(self, final: dict[str, Any], round: NativeRound) -> dict[str, Any]:
+        if round.streamed:  # its items and annotations went out live (ResponsesRelay)
+            return final
         output = [item for item in round.response.get("output") or () if isinstance(item, dict)]
         runs = [next((run for run in round.runs if _is_run(item, run)), None) for item in output]
         left_out = {i for i, item in enumerate(output) if item.get("type") in CALL_TYPES and runs[i] is None}
@@ -64,19 +74,9 @@ class ResponsesNative(NativeFormat):
         parts = []
         for part in item["content"]:
             text = part.get("text") if isinstance(part, dict) and part.get("type") == "output_text" else None
-            found = list(citations(text, sources)) if isinstance(text, str) else []
+            found = url_citations(text, sources) if isinstance(text, str) else []
             if found:
-                annotations = [
-                    {
-                        "type": "url_citation",
-                        "start_index": start,
-                        "end_index": start + len(source.url),
-                        "url": source.url,
-                        "title": source.title,
-                    }
-                    for _, source, start in sorted(found, key=lambda found: found[2])
-                ]
-                part = {**part, "annotations": [*annotations, *(part.get("annotations") or [])]}
+                part = {**part, "annotations": [*found, *(part.get("annotations") or [])]}
             parts.append(part)
         return {**item, "content": parts}
 

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from .. import sse
-from ..native import NativeFormat
-from ..native.responses import ResponsesNative
+from ..native import NativeFormat, NativeRun
+from ..native.responses import ResponsesNative, url_citations, web_search_call
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
 from . import PATCH_FIELDS, AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
@@ -242,6 +242,8 @@ class ResponsesRelay(StreamRelay):
     Within a round, everything from the first tool call item on is held, and so is a reasoning item until
     the item after it shows it does not lead to a call: a claimed call goes with the reasoning before it.
     The round's answer is the terminal event's response (its items from `output_item.done` if it has none).
+    Native records (`web_search_call` items) go out between rounds, and the `output_text` after them gets
+    `url_citation` annotations of their results before its `output_text.done`.
     """
 
     def __init__(self) -> None:
@@ -253,13 +255,19 @@ class ResponsesRelay(StreamRelay):
         self.opened: set[str] = set()  # the lifecycle events the client has
         self.released: set[int] = set()
         self.items: dict[int, Any] = {}
+        self.shown: dict[int, Any] = {}
+        self.recorded: list[dict[str, Any]] = []
+        self.rounds: dict[int, list[NativeRun]] = {}  # the native calls recorded so far, by round
         self.begin_round()
 
     def begin_round(self) -> None:
-        self.earlier += [self.items[index] for index in sorted(self.released)]
-        self.base += len(self.released)
+        self.earlier += [*self.sent_items(), *self.recorded]
+        self.base += len(self.released) + len(self.recorded)
         self.released = set()  # this round's items that went out (always the first ones)
         self.items = {}  # by the app's output_index: as added, then as done
+        self.shown = {}  # items as the client got them, where they differ (annotated)
+        self.annotated: dict[tuple[Any, Any], list[dict[str, Any]]] = {}  # our annotations, by item and part
+        self.recorded = []  # native record items that went out after this round's items
         self.waiting: list[dict[str, Any]] = []  # a reasoning item's events, until the next item says where they go
         self.waiting_items: set[int] = set()
         self.holding = False
@@ -304,13 +312,59 @@ class ResponsesRelay(StreamRelay):
             raise AppStreamError(
                 orjson.dumps({"error": {**error, "param": payload.get("param"), "code": payload.get("code")}})
             )
+        payloads = self.cite(kind, payload) if self.rounds else [payload]
         if self.holding:
-            self.held.append(payload)
+            self.held += payloads
             return _NOTHING
         if index in self.waiting_items:
-            self.waiting.append(payload)
+            self.waiting += payloads
             return _NOTHING
-        return self.release([payload])
+        return self.release(payloads)
+
+    def cite(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """An event with the annotations of the recorded results that its text names: announced before the text's
+        `output_text.done`, then in its part and its item, as the final answer of the JSON path has them (the
+        round's own answer, which hooks judge, has none)."""
+        index = payload.get("output_index")
+        if not isinstance(index, int):
+            return [payload]
+        at = (index, payload.get("content_index"))
+        if kind == "response.output_text.done" and isinstance(payload.get("text"), str):
+            found = [
+                a for _, runs in sorted(self.rounds.items()) for a in url_citations(payload["text"], _sources(runs))
+            ]
+            if not found:
+                return [payload]
+            self.annotated[at] = found
+            where = {key: payload.get(key) for key in ("item_id", "output_index", "content_index")}
+            added = [
+                {"type": "response.output_text.annotation.added", **where, "annotation_index": n, "annotation": a}
+                for n, a in enumerate(found)
+            ]
+            return [*added, payload]
+        if kind == "response.content_part.done" and at in self.annotated:
+            return [{**payload, "part": _annotated(payload.get("part"), self.annotated[at])}]
+        if kind == "response.output_item.done" and any(key[0] == index for key in self.annotated):
+            item = payload["item"]
+            parts = item.get("content") if isinstance(item, dict) else None
+            if isinstance(parts, list):
+                parts = [_annotated(part, self.annotated.get((index, n), [])) for n, part in enumerate(parts)]
+                item = self.shown[index] = {**item, "content": parts}
+                return [{**payload, "item": item}]
+        return [payload]
+
+    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+        if not self.started:
+            return None
+        item = web_search_call(run)
+        position = self.base + len(self.released) + len(self.recorded)
+        self.recorded.append(item)
+        self.rounds.setdefault(round, []).append(run)
+        return list(sse.responses_item(self.emit, position, item))
+
+    def sent_items(self) -> list[Any]:
+        """This round's items that went out, as the client has them."""
+        return [self.shown.get(index, self.items[index]) for index in sorted(self.released)]
 
     def release(self, payloads: list[dict[str, Any]]) -> list[bytes]:
         """Events going out now: placed after the items already sent, numbered in this stream."""
@@ -341,7 +395,7 @@ class ResponsesRelay(StreamRelay):
         answer = None if fresh else self.body()
         if answer is not None and output == answer["output"]:
             events += self.release([*self.waiting, *self.held])
-            whole = output
+            whole = [self.shown.get(position, item) for position, item in enumerate(output)]
         else:
             kept = [] if fresh else sent
             more: list[Any] = []
@@ -353,7 +407,7 @@ class ResponsesRelay(StreamRelay):
             first = self.base + len(sent)
             for position, item in enumerate([*more, *output[len(kept) :]]):
                 events += sse.responses_item(self.emit, first + position, item)
-            whole = [*sent, *more, *output[len(kept) :]]
+            whole = [*self.sent_items(), *more, *output[len(kept) :]]
         events.append(
             sse.responses_end(self.emit, {**final, "id": self.response_id, "output": [*self.earlier, *whole]})
         )
@@ -369,12 +423,23 @@ class ResponsesRelay(StreamRelay):
             "id": self.response_id,
             "object": "response",
             "status": "failed",
-            "output": [*self.earlier, *(self.items[index] for index in sorted(self.released))],
+            "output": [*self.earlier, *self.sent_items(), *self.recorded],
             "error": {"code": code, "message": message},
         }
         return self.emit("response.failed", response=failed) + sse.responses_error(
             self.emit, message, code, openai_error_type(status)
         )
+
+
+def _sources(runs: list[NativeRun]) -> list[Any]:
+    return [source for run in runs for source in run.result.sources]
+
+
+def _annotated(part: Any, ours: list[dict[str, Any]]) -> Any:
+    """An `output_text` part with our annotations in front of its own."""
+    if not ours or not isinstance(part, dict):
+        return part
+    return {**part, "annotations": [*ours, *(part.get("annotations") or [])]}
 
 
 def _message_rest(sent: Any, final: Any) -> dict[str, Any] | None:
