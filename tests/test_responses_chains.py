@@ -116,6 +116,19 @@ async def test_closing_text_leaves_no_unanswered_call_to_the_follow_up(end: str,
     assert outputs(store.contexts[-1]) == [("call_s0", done), ("call_s1", refused)]
 
 
+async def test_a_closing_call_answered_with_a_call_anyway_leaves_no_unanswered_call_to_the_follow_up() -> None:
+    store = model_for("cap")  # calls the tool even when the closing call turns tools off
+    client = openai_client(AgenticLoopMiddleware(store.model, hooks=[ServerTools([lookup])], max_agentic_loops=1))
+
+    first = await client.responses.create(model="m", input="q")
+    follow_up = await client.responses.create(model="m", input="and then?", previous_response_id=first.id)
+
+    assert store.model.requests[2].body["tool_choice"] == "none" and first.id == store.answers[2]["id"]
+    assert follow_up.output_text == FOLLOW_UP
+    refused = "Not run: that request's budget of server tool calls was spent (max_agentic_loops=1)."
+    assert outputs(store.model.requests[-1].body["input"]) == [("call_s2", refused)]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_refused_mixed_turns_follow_up_answers_the_servers_call_too(stream: bool) -> None:
     store = model_for("mixed")
