@@ -290,4 +290,5 @@ async def test_a_chat_stream_with_web_search_options_streams_live_with_annotatio
     assert message_.content == f"Searching.\n\n{ANSWER}"
     (annotation,) = message_.annotations or []
     assert annotation.url_citation.url == CANBERRA.url
-    assert ANSWER[annotation.url_citation.start_index : annotation.url_citation.end_index] == CANBERRA.url
+    cited = annotation.url_citation  # its indexes point into the client's content, earlier rounds' text included
+    assert (message_.content or "")[cited.start_index : cited.end_index] == CANBERRA.url

@@ -196,13 +196,18 @@ class ChatRelay(StreamRelay):
         self.head: tuple[Any, Any] | None = None  # the client's `id` and `created`
         self.opened: set[int] = set()  # choices whose role went out
         self.texted: set[int] = set()  # choices with text from earlier rounds
+        self.before: dict[int, int] = {}  # the length of that text in the client's content, separators included
         self.sent: dict[int, dict[str, Any]] = {}
         self.holding = False
         self.choices: dict[int, dict[str, Any]] = {}
         self.begin_round()
 
     def begin_round(self) -> None:
-        self.texted |= {index for index, message in self.sent_messages().items() if message.get("content")}
+        for index, message in self.sent_messages().items():
+            text = message.get("content")
+            if isinstance(text, str) and text:
+                self.before[index] = self.offset(index) + len(text)
+                self.texted.add(index)
         self.sent = {}  # the messages as they stood when holding began: what the client has of this round
         self.separated: set[int] = set()
         self.holding = False
@@ -211,6 +216,11 @@ class ChatRelay(StreamRelay):
         self.choices = {}
         self.calls: dict[int, dict[int, dict[str, Any]]] = {}
         self.usage: Any = None
+
+    def offset(self, index: int) -> int:
+        """Where this round's text of a choice begins in the client's content: after earlier rounds' text and the
+        blank line that sets it off."""
+        return self.before[index] + len(_SEPARATOR) if index in self.texted else 0
 
     def sent_messages(self) -> dict[int, dict[str, Any]]:
         if self.holding:
@@ -356,11 +366,24 @@ class ChatRelay(StreamRelay):
                 had_text = index in self.texted or streamed.get(index, {}).get("content")
                 if had_text and not sent.get(index, {}).get("content") and isinstance(text, str) and text:
                     rest["content"] = _SEPARATOR + text
+                if isinstance(rest.get("annotations"), list):  # they point into the final text: moved to the client's
+                    now = streamed.get(index, {}).get("content") if fresh else None
+                    start = self.offset(index) + (len(now) + len(_SEPARATOR) if now else 0)
+                    rest["annotations"] = [_moved(annotation, start) for annotation in rest["annotations"]]
                 events += sse.chat_choice(base, {**choice, "message": rest}, position, opened=index in self.opened)
             if any(message.get("content") for index, message in sent.items() if index not in indexes):
                 raise StreamMismatch("the answer lacks a choice whose text was already streamed")
         events += sse.chat_end(base, final.get("usage"), self.include_usage)
         return events
+
+
+def _moved(annotation: Any, by: int) -> Any:
+    """A `url_citation` annotation with its indexes moved `by` characters."""
+    cited = annotation.get("url_citation") if isinstance(annotation, dict) else None
+    if not by or not isinstance(cited, dict):
+        return annotation
+    moved = {key: cited[key] + by for key in ("start_index", "end_index") if isinstance(cited.get(key), int)}
+    return {**annotation, "url_citation": {**cited, **moved}}
 
 
 def _message(state: dict[str, Any]) -> dict[str, Any]:
