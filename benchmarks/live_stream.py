@@ -5,6 +5,8 @@
   serving that round alone to the client. Also the first-round figure from the request's start.
 - Own time per forwarded event: the slope of the middleware's added CPU time between a 100-event and a
   2,000-event round, so that the fixed cost of a request is left out.
+- Native record latency: in a request that declared Anthropic's web search, the time from the search tool's
+  completion to its `web_search_tool_result` reaching the client (the record written between two rounds).
 - Memory of a 10,000-event stream: the tracemalloc peak of one such request through the middleware, above the
   app's own, against the peak of parsing its answer once (orjson's parser reserves several times the input, and
   the hooks must read the answer whole: that is the floor). Forwarding itself keeps only the text so far.
@@ -21,7 +23,9 @@ from typing import Any
 import orjson
 from starlette.types import Message, Receive, Scope, Send
 
-from agentic_middleware import AgenticLoopMiddleware, sse
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.native import Source, search_result
+from agentic_middleware.surfaces import ToolResult
 from agentic_middleware.testing import message, tool_use
 
 from .cases import Config, Row
@@ -29,6 +33,9 @@ from .e2e_hooks import TOOL, TOOLS, Lookup
 from .harness import Sample, median, median_difference, paired, us
 
 MARK = b'"text":"tok'  # a text delta of the round being timed
+RECORD = b'"type":"web_search_tool_result"'  # a native search's result block
+NATIVE_TOOLS = [{"type": "web_search_20250305", "name": "web_search"}]
+SOURCES = [Source(f"https://docs.test/{n}", f"Page {n}", "Some text of the page. " * 20, "2 days") for n in range(5)]
 SSE_START: Message = {
     "type": "http.response.start",
     "status": 200,
@@ -53,6 +60,26 @@ def answer_events(tokens: int) -> list[bytes]:
 
 def tool_round() -> list[bytes]:
     return list(sse.messages_events(message("Let me look.", tool_use(TOOL, {"page": 1}, id="toolu_live"))))
+
+
+class NativeSearch:
+    """A web search that answers at once from fixed sources, served for the client's native tool; it notes when it
+    completed."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+        @server_tool(name="web_search", description="Search the web.")
+        async def web_search(query: str) -> ToolResult:
+            result = search_result(query, SOURCES)
+            self.done = perf_counter_ns()
+            return result
+
+        self.hook = ServerTools([web_search], native={"web_search": "web_search"})
+
+
+def search_round() -> list[bytes]:
+    return list(sse.messages_events(message("Let me search.", tool_use("web_search", {"query": "q"}, id="toolu_ws"))))
 
 
 class StreamingAnswers:
@@ -86,7 +113,8 @@ class Client:
     """One streaming request's scope, `receive` (the body, then nothing: the client stays) and `send`,
     which notes when the first event carrying `MARK` arrives."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, mark: bytes = MARK) -> None:
+        self.mark = mark
         self.scope: Scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.4"},
@@ -116,7 +144,7 @@ class Client:
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
-        elif not self.arrived and MARK in message.get("body", b""):
+        elif not self.arrived and self.mark in message.get("body", b""):
             self.arrived = perf_counter_ns()
 
     async def run(self, app: Any) -> None:
@@ -126,8 +154,8 @@ class Client:
             raise RuntimeError(f"the stream did not arrive (status {self.status})")
 
 
-def request(stream: bool = True) -> bytes:
-    body: dict[str, Any] = {"model": "m", "max_tokens": 256, "tools": TOOLS, "stream": stream}
+def request(stream: bool = True, tools: list[dict[str, Any]] = TOOLS) -> bytes:
+    body: dict[str, Any] = {"model": "m", "max_tokens": 256, "tools": tools, "stream": stream}
     return orjson.dumps({**body, "messages": [{"role": "user", "content": "pages=1"}]})
 
 
@@ -146,6 +174,19 @@ def sample(app: Any, model: StreamingAnswers, measure: str) -> Sample:
         if measure == "first":
             return client.arrived - client.started
         return thread_time_ns() - cpu
+
+    return run
+
+
+def record_sample(app: Any, model: StreamingAnswers, search: NativeSearch) -> Sample:
+    """One streaming request that declared the native search: the nanoseconds from the search's completion to its
+    result block's arrival at the client."""
+
+    async def run() -> float:
+        model.rewind()
+        client = Client(request(tools=NATIVE_TOOLS), RECORD)
+        await client.run(app)
+        return client.arrived - search.done
 
     return run
 
@@ -185,8 +226,12 @@ async def live_stream(config: Config) -> list[Row]:
     alone = StreamingAnswers(final)
     single_model = StreamingAnswers(final)
     single = AgenticLoopMiddleware(single_model, hooks=[Lookup()], streaming=True)
+    search = NativeSearch()
+    native_model = StreamingAnswers(search_round(), final)
+    native = AgenticLoopMiddleware(native_model, hooks=[search.hook])
     samples = await paired(
         {
+            "record": record_sample(native, native_model, search),
             "looped": sample(looped, looped_model, "ttft"),
             "alone": sample(alone, alone, "ttft"),
             "single first": sample(single, single_model, "first"),
@@ -230,6 +275,17 @@ async def live_stream(config: Config) -> list[Row]:
             f"emission to arrival: through the loop {us(median(samples['looped']))}, app alone "
             f"{us(median(samples['alone']))}; first round from the request's start: +{us(first_added)} "
             f"({us(median(samples['single first']))} vs {us(median(samples['alone first']))})",
+            unit="ms",
+        ),
+        Row(
+            9,
+            name,
+            "native record: search done to its result at the client (p50)",
+            median(samples["record"]) / 1e6,
+            2.0,
+            f"a web_search_tool_result of {len(SOURCES)} results, written between the rounds as the search "
+            f"completes: {us(median(samples['record']))} (a text delta of the app alone: "
+            f"{us(median(samples['alone']))} from emission to arrival)",
             unit="ms",
         ),
         Row(
