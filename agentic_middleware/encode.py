@@ -37,17 +37,23 @@ def _mark(container: Any) -> None:
 def _wrapped(value: Any, stamp: Stamp) -> Any:
     """A JSON object or array as a watched one with `stamp` (a shallow copy: its children are wrapped when read)."""
     kind = type(value)
-    if kind in _WATCHED and object.__getattribute__(value, "_stamp") is stamp:
-        return value
-    if kind is dict or kind is WatchedDict:
+    if kind is dict:  # first, as most of a history is: objects as the client sent them
         container: Any = WatchedDict(value)
+    elif kind is list:
+        container = WatchedList(value)
+    elif kind in _WATCHED and object.__getattribute__(value, "_stamp") is stamp:
+        return value
+    elif kind is WatchedDict:
+        container = WatchedDict(value)
     elif isinstance(value, JSONObject):
         container = WatchedObject(value)
+        object.__setattr__(container, "_stamp", stamp)  # a `JSONObject`'s attributes are its items
+        return container
     elif isinstance(value, list):
         container = WatchedList(value)
     else:
         return value
-    object.__setattr__(container, "_stamp", stamp)
+    container._stamp = stamp
     return container
 
 
@@ -291,7 +297,8 @@ class BodyEncoder:
         raw = b"".join((memoryview(head)[:-1], opening, *parts, b"]}"))
         start = len(head) - 1 + len(opening)
         self.stamp.written = False
-        for index in range(len(sent) if reuse else 0, len(messages)):
-            list.__setitem__(messages, index, _wrapped(messages[index], self.stamp))
+        unwatched = slice(len(sent) if reuse else 0, None)  # written in place: `list`'s own, not the watched list's
+        stamp = self.stamp
+        list.__setitem__(messages, unwatched, [_wrapped(item, stamp) for item in list.__getitem__(messages, unwatched)])
         self.sent, self.items = list(messages), memoryview(raw)[start:-2]
         return raw
