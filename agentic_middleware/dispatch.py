@@ -70,8 +70,8 @@ class Dispatcher:
         self.timeout = timeout
         self.forwarded = False
         self.oversize = False
-        self.on_forward: Callable[[], object] | None = None  # told when an answer starts going to the client
-        self.timer: asyncio.Timeout | None = None
+        self.timer: asyncio.Timeout | None = None  # app_timeout, of the call under way
+        self.deadline: asyncio.Timeout | None = None  # loop_timeout, of the whole loop: set by the loop
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
         self.capture: Callable[..., ResponseCapture] = ResponseCapture  # how each answer is read (`LiveStream`'s live)
 
@@ -81,12 +81,12 @@ class Dispatcher:
         self.headers = [(name, value) for name, value in self.headers if name.lower() not in names] + headers
 
     def forwarding(self) -> None:
-        """An answer starts going to the client: no error reply may follow, and no timeout of ours cuts it."""
+        """An answer starts going to the client: no error reply may follow, and no timeout of ours cuts it
+        (it is the client's to wait for, no longer ours)."""
         self.forwarded = True
-        if self.timer is not None:
-            self.timer.reschedule(None)
-        if self.on_forward is not None:
-            self.on_forward()
+        for timeout in (self.timer, self.deadline):
+            if timeout is not None:
+                timeout.reschedule(None)
 
     async def __call__(self, body: bytes, forward_headers: Headers) -> Answer | None:
         """One call; None when its answer was not a readable JSON body and went to the client as the app sent it.

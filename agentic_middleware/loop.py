@@ -107,7 +107,6 @@ class AgenticLoop(AskingHooks):
         self.send = send
         self.body = body
         self.dispatch = Dispatcher(setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
-        self.dispatch.on_forward = self.forwarding
         self.encoder = BodyEncoder(surface.messages_field)
         self.limit = settings.max_agentic_loops
         self.depth = 0
@@ -117,7 +116,6 @@ class AgenticLoop(AskingHooks):
         self.executed = []
         self.client = ClientWatch(receive)
         self.write = ClientWriter(send, self.client)  # what the loop itself writes stops once the client left
-        self.deadline: asyncio.Timeout | None = None
         self.stop_reason = "finished"
         self.plan_stop_reason = None
         self.usages: list[Any] = []
@@ -223,7 +221,7 @@ class AgenticLoop(AskingHooks):
             if timeout is None:
                 answer = await self.rounds(raw)
             else:
-                async with asyncio.timeout(timeout) as self.deadline:
+                async with asyncio.timeout(timeout) as self.dispatch.deadline:
                     answer = await self.rounds(raw)
         except asyncio.CancelledError:
             if self.client.absorb():
@@ -246,11 +244,6 @@ class AgenticLoop(AskingHooks):
         if self.client.watcher is None:
             self.client.start()
             self.dispatch.receive = self.client.after_body
-
-    def forwarding(self) -> None:
-        """An answer is going to the client as the app sends it: it is the client's to wait for, no longer ours."""
-        if self.deadline is not None:
-            self.deadline.reschedule(None)
 
     def accounted(self, answer: Answer) -> Reply:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
