@@ -13,6 +13,7 @@ and change the same state of one request: its body, depth, limit, round record a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from time import perf_counter
@@ -84,7 +85,6 @@ class AskingHooks:
     streaming: bool
     events: EventStream | LiveStream | None
     dispatch: Dispatcher
-    encoder: BodyEncoder
     client: ClientWatch
     # Its loop so far.
     depth: int
@@ -99,6 +99,11 @@ class AskingHooks:
     patch_kwargs: dict[str, Any]
     executed: list[Rerun]
     _logging_obj: AgenticLoopLogging | None
+
+    @functools.cached_property
+    def encoder(self) -> BodyEncoder:
+        """Writes the bodies the loop sends itself; made for the first, as most requests send only the client's."""
+        return BodyEncoder(self.surface.messages_field)
 
     def watch_client(self) -> None:
         raise NotImplementedError  # `AgenticLoop`'s: ask_hooks starts watching the client once a hook acts

@@ -12,10 +12,9 @@ event) must happen before the server is told the app has shut down, since some s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -43,6 +42,25 @@ def _clashes(hooks: Sequence[BoundHook]) -> str | None:
     return None
 
 
+class InFlight:
+    """Counts the looped requests running, their cancellation included, so that the shut-down waits for them.
+
+    One object serves every request (`with in_flight:`), so entering it costs no more than the count.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.drained: asyncio.Event | None = None  # set when the count falls to 0, for a shut-down waiting
+
+    def __enter__(self) -> None:
+        self.count += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.count -= 1
+        if not self.count and self.drained is not None:
+            self.drained.set()
+
+
 class HookLifecycle:
     """Starts the hooks once, stops them once the requests using them have ended; safe to ask from many requests."""
 
@@ -54,8 +72,7 @@ class HookLifecycle:
         ]
         self.started = not self.starting
         self._attempt: asyncio.Future[None] | None = None
-        self._in_flight = 0
-        self._drained: asyncio.Event | None = None
+        self.in_flight = InFlight()  # `with lifecycle.in_flight:` around each looped request
         clash = _clashes(self.hooks)  # tools known now; those known only once started are checked then
         if clash:
             raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
@@ -102,27 +119,17 @@ class HookLifecycle:
         finally:
             self._attempt = None
 
-    @contextlib.contextmanager
-    def in_flight(self) -> Iterator[None]:
-        """Counts a looped request while it runs, its cancellation included, so that the shut-down waits for it."""
-        self._in_flight += 1
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight and self._drained is not None:
-                self._drained.set()
-
     async def drain(self, timeout: float = DRAIN_TIMEOUT) -> None:
         """Wait, up to `timeout`, until no looped request is in flight."""
-        if not self._in_flight:
+        in_flight = self.in_flight
+        if not in_flight.count:
             return
-        self._drained = asyncio.Event()
+        in_flight.drained = asyncio.Event()
         try:
             async with asyncio.timeout(timeout):
-                await self._drained.wait()
+                await in_flight.drained.wait()
         except TimeoutError:
-            logger.warning("shutting down with %d looped request(s) still running after %g s", self._in_flight, timeout)
+            logger.warning("shutting down with %d looped request(s) still running after %g s", in_flight.count, timeout)
 
     async def stop(self) -> None:
         """Run every `async_shutdown`, last hook first; a failure is logged and the others still run."""

@@ -23,7 +23,6 @@ from .asking import REQUEST_HOOK, AskingHooks, Closing, Rerun
 from .config import Settings, loop_limit
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
-from .encode import BodyEncoder
 from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
 from .hooks import BoundHook
 from .live import LiveStream
@@ -107,7 +106,6 @@ class AgenticLoop(AskingHooks):
         self.send = send
         self.body = body
         self.dispatch = Dispatcher(setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
-        self.encoder = BodyEncoder(surface.messages_field)
         self.limit = settings.max_agentic_loops
         self.depth = 0
         self.seen = set()

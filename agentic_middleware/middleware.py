@@ -181,7 +181,7 @@ class AgenticLoopMiddleware:
                     streaming,
                     relay,
                 )
-                with self.lifecycle.in_flight():  # a shut-down waits for the loop, its cancellation included
+                with self.lifecycle.in_flight:  # a shut-down waits for the loop, its cancellation included
                     await loop.run(raw)
                 return
         await self.app(scope, replay(raw, receive), send)

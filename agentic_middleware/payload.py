@@ -31,11 +31,14 @@ class JSONObject(dict[str, Any]):
             dict.__setitem__(self, key, value)
         return value
 
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
+    def get(self, key: str, default: Any = None) -> Any:  # `__getitem__` written out: hooks call it the most
+        value = dict.get(self, key, _ABSENT)
+        if value is _ABSENT:
             return default
+        if type(value) in _PLAIN:
+            value = wrap(value)
+            dict.__setitem__(self, key, value)
+        return value
 
     def setdefault(self, key: str, default: Any = None) -> Any:
         if key not in self:
@@ -64,6 +67,7 @@ class JSONObject(dict[str, Any]):
 
 
 _PLAIN = (dict, list)
+_ABSENT = object()
 
 
 def wrap(value: Any) -> Any:
