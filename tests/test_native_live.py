@@ -208,6 +208,7 @@ async def test_a_responses_stream_gives_the_json_answer_s_web_search_calls_live(
     replies = [
         response(
             "Searching.",
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Two searches."}]},
             function_call("web_search", {"query": "capital"}, call_id="call_ws1"),
             function_call("web_search", {"query": "more"}, call_id="call_ws2"),
         ),
@@ -231,7 +232,9 @@ async def test_a_responses_stream_gives_the_json_answer_s_web_search_calls_live(
     assert [item.model_dump(exclude_none=True) for item in final.output] == [
         item.model_dump(exclude_none=True) for item in answer.output
     ]
-    assert [item.type for item in final.output] == ["message", "web_search_call", "web_search_call", "message"]
+    assert [item.type for item in final.output] == [
+        *("message", "reasoning", "web_search_call", "web_search_call", "message")
+    ]  # the reasoning that led to the searches is shown with them, as in the JSON answer
     calls = [item for item in final.output if isinstance(item, ResponseFunctionWebSearch)]
     assert [call.action.query for call in calls] == ["capital", "more"]  # type: ignore[union-attr]
     assert [source.url for source in calls[0].action.sources or []] == [CANBERRA.url, SYDNEY.url]  # type: ignore[union-attr]
@@ -246,7 +249,7 @@ async def test_a_responses_stream_gives_the_json_answer_s_web_search_calls_live(
         enumerate(item.type for item in final.output)
     )
     assert [event.item.id for event in done] == [item.id for item in final.output]  # type: ignore[union-attr]
-    for position, call in ((1, calls[0]), (2, calls[1])):
+    for position, call in ((2, calls[0]), (3, calls[1])):
         stages = [event for event in events if event.type.startswith("response.web_search_call.")]
         mine = [event.type.rsplit(".", 1)[1] for event in stages if event.item_id == call.id]  # type: ignore[union-attr]
         assert mine == ["in_progress", "searching", "completed"]
@@ -264,8 +267,8 @@ async def test_a_responses_stream_gives_the_json_answer_s_web_search_calls_live(
     assert follow.output_text == "About 470,000."
     items = live.requests[2].body["input"]
     assert [item.get("type", "message") for item in items] == [
-        *("message", "message", "function_call", "function_call_output", "function_call", "function_call_output"),
-        "message",
+        *("message", "message", "reasoning", "function_call", "function_call_output"),
+        *("function_call", "function_call_output", "message"),
     ]
     read = [item["output"] for item in live.requests[1].body["input"] if item.get("type") == "function_call_output"]
     assert [item["output"] for item in items if item.get("type") == "function_call_output"] == read

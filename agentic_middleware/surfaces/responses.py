@@ -354,13 +354,24 @@ class ResponsesRelay(StreamRelay):
         return [payload]
 
     def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+        """The call's `web_search_call` item, after the reasoning item that led to it (held with the call, and shown
+        with its record, as in the JSON answer)."""
         if not self.started:
             return None
-        item = web_search_call(run)
-        position = self.base + len(self.released) + len(self.recorded)
-        self.recorded.append(item)
         self.rounds.setdefault(round, []).append(run)
-        return list(sse.responses_item(self.emit, position, item))
+        events: list[bytes] = []
+        for item in [*self.reasoning_before(run.call), web_search_call(run)]:
+            events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), item)
+            self.recorded.append(item)
+        return events
+
+    def reasoning_before(self, call: Mapping[str, Any]) -> list[Any]:
+        """The reasoning item right before the app's `call` in this round, if it did not go out."""
+        at = next((i for i, item in self.items.items() if _is_call(item) and _is_same(item, call)), None)
+        if at is None or at - 1 in self.released:
+            return []
+        before = self.items.get(at - 1)
+        return [before] if isinstance(before, dict) and before.get("type") == "reasoning" else []
 
     def sent_items(self) -> list[Any]:
         """This round's items that went out, as the client has them."""
@@ -429,6 +440,13 @@ class ResponsesRelay(StreamRelay):
         return self.emit("response.failed", response=failed) + sse.responses_error(
             self.emit, message, code, openai_error_type(status)
         )
+
+
+def _is_same(item: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
+    """Whether an item of the stream is the app's `call` (read from the round's answer): by `call_id`, else `id`."""
+    if call.get("call_id"):
+        return bool(item.get("call_id") == call.get("call_id"))
+    return bool(call.get("id")) and item.get("id") == call.get("id")
 
 
 def _sources(runs: list[NativeRun]) -> list[Any]:
