@@ -150,23 +150,32 @@ async def test_parallel_searches_stream_as_the_json_answer_and_the_message_goes_
     assert [result["content"] for result in turns[2]["content"]] == read  # what the model read during the turn
 
 
+class GatedSearch:
+    """A web search whose "slow" query ends only once the client has the first search's result (or after 5 s, which
+    fails the test: a record held until both searches end never releases it)."""
+
+    def __init__(self) -> None:
+        self.first_result_seen = asyncio.Event()
+        self.released_by_client: list[bool] = []
+
+        @server_tool(name="web_search", description="Search the web.")
+        async def web_search(query: str, native_options: NativeOptions | None = None) -> ToolResult:
+            if query == "slow":
+                try:
+                    await asyncio.wait_for(self.first_result_seen.wait(), 5)
+                    self.released_by_client.append(True)
+                except TimeoutError:
+                    self.released_by_client.append(False)
+            return search_result(query, [SYDNEY if query == "slow" else CANBERRA])
+
+        self.hook = ServerTools([web_search], native={"web_search": "web_search"})
+
+
 async def test_a_first_result_reaches_the_client_before_a_slower_second_search_ends() -> None:
-    first_result_seen = asyncio.Event()
-    released_by_client: list[bool] = []
-
-    @server_tool(name="web_search", description="Search the web.")
-    async def web_search(query: str, native_options: NativeOptions | None = None) -> ToolResult:
-        if query == "slow":  # ends only once the client has the first search's result (or after 5 s: the test fails)
-            try:
-                await asyncio.wait_for(first_result_seen.wait(), 5)
-                released_by_client.append(True)
-            except TimeoutError:
-                released_by_client.append(False)
-        return search_result(query, [SYDNEY if query == "slow" else CANBERRA])
-
+    search = GatedSearch()
     calls = [tool_use("web_search", {"query": "fast"}), tool_use("web_search", {"query": "slow"})]
     model = ScriptedModel(streamed(message("Searching.", *calls)), streamed(message(ANSWER)))
-    app = AgenticLoopMiddleware(model, hooks=[ServerTools([web_search], native={"web_search": "web_search"})])
+    app = AgenticLoopMiddleware(model, hooks=[search.hook])
     seen: list[str] = []
     async with serving(app) as url, clients(url)[0].messages.stream(**messages_request(native_tool())) as stream:
         async for event in stream:
@@ -175,15 +184,38 @@ async def test_a_first_result_reaches_the_client_before_a_slower_second_search_e
                 seen.append(block.type)
                 if isinstance(block, WebSearchToolResultBlock) and isinstance(block.content, list):
                     seen.append(block.content[0].url)
-                    first_result_seen.set()
+                    search.first_result_seen.set()
         final = await stream.get_final_message()
-    assert released_by_client == [True]
+    assert search.released_by_client == [True]
     assert seen == [
         *("text", "server_tool_use", "web_search_tool_result", CANBERRA.url),
         *("server_tool_use", "web_search_tool_result", SYDNEY.url),
         "text",
     ]
     assert final.usage.server_tool_use is not None and final.usage.server_tool_use.web_search_requests == 2
+
+
+async def test_a_first_web_search_call_reaches_a_responses_client_before_a_slower_second_search_ends() -> None:
+    search = GatedSearch()
+    calls = [function_call("web_search", {"query": q}, call_id=f"call_{q}") for q in ("fast", "slow")]
+    model = ScriptedModel(streamed(response("Searching.", *calls)), streamed(response(ANSWER)))
+    app = AgenticLoopMiddleware(model, hooks=[search.hook])
+    done: list[tuple[int, str]] = []
+    async with (
+        serving(app) as url,
+        clients(url)[1].responses.stream(model="m", input=QUESTION, tools=[WEB_SEARCH]) as stream,  # type: ignore[list-item]
+    ):
+        async for event in stream:
+            if event.type == "response.output_item.done":
+                done.append((event.output_index, event.item.type))
+                if event.item.type == "web_search_call":
+                    search.first_result_seen.set()
+        final = await stream.get_final_response()
+    assert search.released_by_client == [True]
+    assert done == [(0, "message"), (1, "web_search_call"), (2, "web_search_call"), (3, "message")]
+    assert [item.action.query for item in final.output if isinstance(item, ResponseFunctionWebSearch)] == [  # type: ignore[union-attr]
+        *("fast", "slow")
+    ]
 
 
 async def test_max_uses_and_domain_filters_hold_on_a_stream() -> None:
