@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from ..payload import JSONObject
+from ..reasoning import kept_positions
 from . import NativeFormat, NativeRound, NativeRun, Source, citations, encode_text, result_text
 
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -59,10 +60,9 @@ class ResponsesNative(NativeFormat):
         runs = [next((run for run in round.runs if _is_run(item, run)), None) for item in output]
         left_out = {i for i, item in enumerate(output) if item.get("type") in CALL_TYPES and runs[i] is None}
         shown = []
-        for index, (item, run) in enumerate(zip(output, runs, strict=True)):
-            if index in left_out or (item.get("type") == "reasoning" and index + 1 in left_out):
-                continue  # other calls leave, with the reasoning item that led to them
-            shown.append(web_search_call(run) if run is not None else item)
+        for index in kept_positions(output, left_out):  # other calls leave, with a reasoning item that led to no other
+            run = runs[index]
+            shown.append(output[index] if run is None else web_search_call(run))
         later = final.get("output")
         later = [self._cited(item, round) for item in (later if isinstance(later, list) else ())]
         return JSONObject(final, output=[*shown, *later])

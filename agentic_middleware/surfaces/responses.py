@@ -18,6 +18,7 @@ from .. import sse
 from ..native import NativeFormat, NativeRun
 from ..native.responses import ResponsesNative, url_citations, web_search_call
 from ..payload import JSONObject
+from ..reasoning import kept_positions
 from ..sse_reader import ServerSentEvent
 from . import PATCH_FIELDS, AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
 from .chat import ERROR_MARKER, openai_error_body, openai_error_type
@@ -65,18 +66,8 @@ def _says(item: Any) -> bool:
 
 
 def _without(items: list[Any], dropped: set[int]) -> list[Any]:
-    """`items` without the positions in `dropped`, nor a reasoning item whose following item was dropped.
-
-    A reasoning item belongs to the item after it: replayed without it, the API rejects the input.
-    """
-    kept = []
-    for index, item in enumerate(items):
-        if index in dropped:
-            continue
-        if isinstance(item, dict) and item.get("type") == "reasoning" and index + 1 in dropped:
-            continue
-        kept.append(item)
-    return kept
+    """`items` without the positions in `dropped`, nor a reasoning item all of whose items were dropped."""
+    return [items[index] for index in kept_positions(items, dropped)] if dropped else list(items)
 
 
 def _tool_output(result: ToolResult) -> str | list[dict[str, Any]]:
