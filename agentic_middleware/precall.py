@@ -10,13 +10,14 @@ the same methods run once per client request, before the first call of the model
 2. `async_pre_call_deployment_hook(kwargs, call_type)`;
 3. on `/v1/messages`, `async_pre_request_hook(model, messages, kwargs)`.
 
-What they change of `messages`, `tools`, `tool_choice` and `stream` is applied to the request; every key they add
-to `kwargs` reaches every round's hooks (the loop's own keys win). LiteLLM is not imported: its call types are
-plain strings, which compare equal to its `CallTypes` members.
+What they change of `messages` (on Responses, `input` and `instructions`), `tools`, `tool_choice` and `stream` is
+applied to the request; every key they add to `kwargs` reaches every round's hooks (the loop's own keys win).
+LiteLLM is not imported: its call types are plain strings, which compare equal to its `CallTypes` members.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ PRE_CALL_METHODS = (GUARDRAIL, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
 CALL_TYPES = {"anthropic_messages": "anthropic_messages", "chat_completions": "acompletion", "responses": "aresponses"}
 
 # The request fields a pre-call hook may change; other changes stay in its kwargs.
-BODY_FIELDS = ("messages", "tools", "tool_choice")
+BODY_FIELDS = ("messages", "input", "instructions", "tools", "tool_choice")
 
 # Keys the middleware gives the pre-call hooks that are not request parameters and are not carried on.
 _GIVEN = frozenset(
@@ -180,13 +181,19 @@ async def _guardrail(
     logging_obj: AgenticLoopLogging,
     call: Callable[..., Awaitable[Any]],
 ) -> None:
-    """One guardrail's `apply_guardrail` on the request: its messages and tools written back into `request_data`."""
-    messages = request_data.get("messages")
-    if not isinstance(messages, list):
+    """One guardrail's `apply_guardrail` on the request: its messages and tools written back into `request_data`
+    (on Responses, its `input` and `instructions`: from the texts it returns, or its structured messages)."""
+    responses = api_surface == "responses"
+    given = request_data.get("input") if responses else request_data.get("messages")
+    if responses and isinstance(given, str):
+        given = [{"role": "user", "content": given}]
+    if not isinstance(given, list):
         return
+    messages: list[Any] = given
+    texts = _responses_texts(request_data) if responses else _texts(messages)
     tools = request_data.get("tools")
     chat_tools = _chat_tools(tools, api_surface)
-    inputs: dict[str, Any] = {"texts": _texts(messages), "structured_messages": messages}
+    inputs: dict[str, Any] = {"texts": texts, "structured_messages": messages}
     if chat_tools:
         inputs["tools"] = chat_tools
     if isinstance(request_data.get("model"), str):
@@ -198,7 +205,9 @@ async def _guardrail(
         raise HookError(hook.name, GUARDRAIL, f"returned {type(result).__name__}, not the guardrail inputs")
     returned_messages = result.get("structured_messages")
     if isinstance(returned_messages, list) and returned_messages is not messages:
-        request_data["messages"] = list(returned_messages)
+        request_data["input" if responses else "messages"] = list(returned_messages)
+    elif responses and result.get("texts") is not texts:
+        _write_texts(hook, request_data, result.get("texts"), texts)
     returned_tools = result.get("tools")
     if isinstance(returned_tools, list) and returned_tools is not chat_tools:
         request_data["tools"] = _route_tools(returned_tools, tools, api_surface)
@@ -216,6 +225,45 @@ def _texts(messages: list[Any]) -> list[str]:
                 part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
             )
     return texts
+
+
+def _responses_texts(request_data: dict[str, Any]) -> list[str]:
+    """A Responses request's texts, as LiteLLM's proxy gives its guardrails: `instructions` first, then the input's
+    (a string input, message contents and their text parts, tool outputs that are text)."""
+    return [holder[key] for holder, key in _text_slots(request_data)]
+
+
+def _text_slots(request_data: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Where each of `_responses_texts` stands: (container, key) pairs, in order."""
+    slots: list[tuple[Any, Any]] = []
+    if isinstance(request_data.get("instructions"), str):
+        slots.append((request_data, "instructions"))
+    items = request_data.get("input")
+    if isinstance(items, str):
+        return [*slots, (request_data, "input")]
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict):
+            continue
+        key = "output" if str(item.get("type", "")).endswith("_call_output") else "content"
+        value = item.get(key)
+        if isinstance(value, str):
+            slots.append((item, key))
+        elif isinstance(value, list):
+            slots += [(part, "text") for part in value if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    return slots
+
+
+def _write_texts(hook: BoundHook, request_data: dict[str, Any], returned: Any, given: list[str]) -> None:
+    """The texts a guardrail returned, written where they came from (on a copy of the input: the client's body
+    stays as it was)."""
+    if not isinstance(returned, list) or returned == given:
+        return
+    if len(returned) != len(given) or not all(isinstance(text, str) for text in returned):
+        raise HookError(hook.name, GUARDRAIL, f"returned {len(returned)} texts for the {len(given)} it was given")
+    if isinstance(request_data.get("input"), list):
+        request_data["input"] = copy.deepcopy(request_data["input"])
+    for (holder, key), text in zip(_text_slots(request_data), returned, strict=True):
+        holder[key] = text
 
 
 def _chat_tools(tools: Any, api_surface: str) -> list[Any]:
