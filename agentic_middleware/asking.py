@@ -288,7 +288,7 @@ class AskingHooks:
         This is the order LiteLLM's nested follow-up calls give: each post hook
         shapes what its own follow-up returned, which is the final answer.
         """
-        before = answer.data.get("usage") if self.executed and isinstance(answer.data, Mapping) else None
+        before = answer.data.get("usage") if isinstance(answer.data, Mapping) else None
         while self.executed:
             step = self.executed.pop()
             try:

@@ -290,19 +290,22 @@ def _as_dataclass(kind: type[_Fields], value: object, hook: BoundHook, method: s
     return kind(**values)
 
 
+# The wire type of each field of a request patch, checked when it is set.
+_PATCH_TYPES: dict[str, type | tuple[type, ...]] = {
+    "model": str,
+    "messages": list,
+    "tools": list,
+    "max_tokens": int,
+    "optional_params": (dict, Mapping),  # a dict is checked first: ABC checks are slow
+    "kwargs": (dict, Mapping),
+}
+
+
 def check_patch(patch: AgenticLoopRequestPatch | None, hook: BoundHook, method: str) -> AgenticLoopRequestPatch:
     """A rerun needs a patch with messages; every set field must have its wire type."""
     if patch is None or patch.messages is None:
         raise HookError(hook.name, method, "asked for a rerun without request_patch.messages")
-    expected: dict[str, type | tuple[type, ...]] = {
-        "model": str,
-        "messages": list,
-        "tools": list,
-        "max_tokens": int,
-        "optional_params": (dict, Mapping),  # a dict is checked first: ABC checks are slow
-        "kwargs": (dict, Mapping),
-    }
-    for name, kind in expected.items():
+    for name, kind in _PATCH_TYPES.items():
         value = getattr(patch, name)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             raise HookError(hook.name, method, f"request_patch.{name} must be {_type_name(kind)}, got {value!r}")

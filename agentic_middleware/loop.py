@@ -232,7 +232,8 @@ class AgenticLoop(AskingHooks):
             self.client.guarded = False
         if answer is None:
             return None
-        answer = await self.unwind(answer)
+        if self.executed:  # the post and cleanup hooks of the plans that ran
+            answer = await self.unwind(answer)
         if self.chains is not None:  # before the client has its answer, so that its follow-up finds the record
             await self.chains.record(self.body, self.app_answer, answer.data, self.events, self.stop_reason, self.limit)
         return self.accounted(answer)

@@ -130,7 +130,7 @@ class AgenticLoopMiddleware:
         except orjson.JSONDecodeError:
             body = None
         if type(body) is dict:
-            changed = any(is_internal_field(name) for name in body)  # fields only trusted server code may set
+            changed = any(map(is_internal_field, body))  # fields only trusted server code may set
             if changed:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
             if self.chains is not None and surface.chains_by_id and "previous_response_id" in body:
