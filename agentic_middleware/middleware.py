@@ -126,9 +126,12 @@ class AgenticLoopMiddleware:
             await self.app(scope, replay(raw, receive, more_body=not complete), send)
             return
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = None
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError as error:
+            # Refused rather than passed on: a lenient app (NaN, a lone surrogate escape) would read it with every
+            # hook skipped and internal fields kept.
+            await _refuse(send, surface, 400, f"the request body is not valid JSON: {error}", "invalid_json")
+            return
         if type(body) is dict:
             changed = any(map(is_internal_field, body))  # fields only trusted server code may set
             if changed:
@@ -146,9 +149,7 @@ class AgenticLoopMiddleware:
                 if not problem:
                     problem, code = surface.unsupported(body), "unsupported_parameter"
                 if problem:
-                    error = surface.error_body(400, problem, code)
-                    await send(json_start(400, len(error)))
-                    await send({"type": "http.response.body", "body": error})
+                    await _refuse(send, surface, 400, problem, code)
                     return
                 if streaming:
                     stream_options = body.get("stream_options")
@@ -192,9 +193,7 @@ class AgenticLoopMiddleware:
         try:
             await self.lifecycle.start(self.settings.hook_timeout)
         except Exception as error:
-            error_body = surface.error_body(503, f"server tools are unavailable: {error}", "hooks_unavailable")
-            await send(json_start(503, len(error_body)))
-            await send({"type": "http.response.body", "body": error_body})
+            await _refuse(send, surface, 503, f"server tools are unavailable: {error}", "hooks_unavailable")
             return False
         return True
 
@@ -213,6 +212,13 @@ class AgenticLoopMiddleware:
         if setting == "buffered" or any(isinstance(wish, str) and wish == "buffered" for wish in wishes):
             return "buffered"
         return "live" if setting is True or any(wishes) else None
+
+
+async def _refuse(send: Send, surface: Surface, status: int, message: str, code: str) -> None:
+    """An answer of the middleware's own, in the route's error shape; the app is not called."""
+    error = surface.error_body(status, message, code)
+    await send(json_start(status, len(error)))
+    await send({"type": "http.response.body", "body": error})
 
 
 def _stream_wishes(hooks: Iterable[BoundHook]) -> list[Callable[[dict[str, Any]], Any]]:
