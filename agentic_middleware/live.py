@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ from starlette.types import Message, Send
 from .asgi import Headers, ResponseCapture, json_start, media_type
 from .disconnect import ClientWriter
 from .dispatch import Reply
-from .native import NativeRun
+from .native import NativeCall, NativeRun
 from .native.live import LiveRecords
 from .sse_reader import SSEReader
 from .stream import SSE_HEADERS, error_of
@@ -75,7 +75,7 @@ class LiveStream:
         self.done = False  # the stream's end was written, or the client left
         self.last_write = 0.0
         self.pinger: asyncio.Task[None] | None = None
-        self.records = LiveRecords(self.record)  # native records, sent as each search completes
+        self.records = LiveRecords(self)  # native records, sent as each search completes
 
     async def open(self) -> None:
         """Nothing is sent yet: the response starts with the first round's answer."""
@@ -106,9 +106,15 @@ class LiveStream:
         """Send events to the client now."""
         await self.written({"type": "http.response.body", "body": data, "more_body": True})
 
+    async def announce(self, search: NativeCall, round: int) -> bool:
+        """Send that a native call is being searched, if the relay can place it (see `StreamRelay.announce`)."""
+        return await self.sent(self.relay.announce(search, round))
+
     async def record(self, run: NativeRun, round: int) -> bool:
         """Send a native call's record now, if the relay can place it (see `StreamRelay.record`)."""
-        events = self.relay.record(run, round)
+        return await self.sent(self.relay.record(run, round))
+
+    async def sent(self, events: Sequence[bytes] | None) -> bool:
         if events is None:
             return False
         if events:

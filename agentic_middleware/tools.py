@@ -20,7 +20,16 @@ import orjson
 from .concurrency import awaitable
 from .errors import ConfigurationError
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
-from .native import MAX_USES_EXCEEDED, UNAVAILABLE, NativeOptions, NativeRequest, NativeRound, NativeRun, query_of
+from .native import (
+    MAX_USES_EXCEEDED,
+    UNAVAILABLE,
+    NativeCall,
+    NativeOptions,
+    NativeRequest,
+    NativeRound,
+    NativeRun,
+    query_of,
+)
 from .native.live import LiveRecords
 from .schema import description_of, function_schema
 from .surfaces import Surface, ToolResult, surface_for
@@ -245,9 +254,12 @@ class ServerTools(AgenticHook):
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         calls = claim["tool_calls"]
         native = NativeRequest.of(logging_obj)
-        jobs = [self._run(surface, call, logging_obj, native) for call in calls]
+        searches = [self._native_call(surface, call, native) for call in calls]
+        jobs = [
+            self._run(surface, call, search, logging_obj, native) for call, search in zip(calls, searches, strict=True)
+        ]
         live = LiveRecords.of(logging_obj) if native is not None else None  # records go out as each search ends
-        runs, streamed = await live.run(jobs) if live is not None else (await asyncio.gather(*jobs), False)
+        runs, streamed = await live.run(jobs, searches) if live is not None else (await asyncio.gather(*jobs), False)
         results = [result for result, _ in runs]
         trace = [
             {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
@@ -261,27 +273,39 @@ class ServerTools(AgenticHook):
             run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=follow_up), metadata=metadata
         )
 
+    @staticmethod
+    def _native_call(surface: Surface, call: dict[str, Any], native: NativeRequest | None) -> NativeCall | None:
+        """The call as a native one, when the client declared its tool natively."""
+        name = surface.call_name(call)
+        options = native.declared.get(name) if native is not None else None
+        if options is None:
+            return None
+        return NativeCall(call, str(options.declared.get("name") or name), query_of(surface.call_input(call)))
+
     async def _run(
-        self, surface: Surface, call: dict[str, Any], logging_obj: Any, native: NativeRequest | None
+        self,
+        surface: Surface,
+        call: dict[str, Any],
+        search: NativeCall | None,
+        logging_obj: Any,
+        native: NativeRequest | None,
     ) -> tuple[ToolResult, NativeRun | None]:
-        """One call's result, and its native record when the client declared the tool natively."""
+        """One call's result, and its native record when the client declared the tool natively (`search`)."""
         name = surface.call_name(call)
         owner = self._owner(name)
         tool = owner.by_name.get(name) if owner is not None else None
         if owner is None or tool is None:
-            return ToolResult(f"{name} is no longer served", True), None
-        timeout = owner.timeout
-        options = native.declared.get(name) if native is not None else None
-        if native is None or options is None:
-            return await tool(surface.call_input(call), timeout, logging_obj), None
-        query = query_of(surface.call_input(call))
-        client_name = str(options.declared.get("name") or name)
+            gone = ToolResult(f"{name} is no longer served", True)
+            return gone, search.ran(gone, UNAVAILABLE) if search is not None else None
+        if search is None or native is None:
+            return await tool(surface.call_input(call), owner.timeout, logging_obj), None
+        options = native.declared[name]
         if not native.take(name):
-            return native.exceeded(name, options), NativeRun(
-                call, client_name, query, native.exceeded(name, options), MAX_USES_EXCEEDED
-            )
-        result = native.restricted(await tool(surface.call_input(call), timeout, logging_obj, options), options, query)
-        return result, NativeRun(call, client_name, query, result, UNAVAILABLE if result.is_error else None)
+            exceeded = native.exceeded(name, options)
+            return exceeded, search.ran(exceeded, MAX_USES_EXCEEDED)
+        result = await tool(surface.call_input(call), owner.timeout, logging_obj, options)
+        result = native.restricted(result, options, search.query)
+        return result, search.ran(result, UNAVAILABLE if result.is_error else None)
 
     async def async_build_agentic_loop_plan(
         self,

@@ -151,8 +151,9 @@ async def test_parallel_searches_stream_as_the_json_answer_and_the_message_goes_
 
 
 class GatedSearch:
-    """A web search whose "slow" query ends only once the client has the first search's result (or after 5 s, which
-    fails the test: a record held until both searches end never releases it)."""
+    """A web search whose "slow" query ends only once the client has the first search's result and sees that the
+    slow one is being searched (or after 5 s, which fails the test: a record held until both searches end, or a call
+    shown only with its result, never releases it)."""
 
     def __init__(self) -> None:
         self.first_result_seen = asyncio.Event()
@@ -184,6 +185,7 @@ async def test_a_first_result_reaches_the_client_before_a_slower_second_search_e
                 seen.append(block.type)
                 if isinstance(block, WebSearchToolResultBlock) and isinstance(block.content, list):
                     seen.append(block.content[0].url)
+                if seen.count("server_tool_use") == 2 and CANBERRA.url in seen:  # the first's result, the second's use
                     search.first_result_seen.set()
         final = await stream.get_final_message()
     assert search.released_by_client == [True]
@@ -208,8 +210,8 @@ async def test_a_first_web_search_call_reaches_a_responses_client_before_a_slowe
         async for event in stream:
             if event.type == "response.output_item.done":
                 done.append((event.output_index, event.item.type))
-                if event.item.type == "web_search_call":
-                    search.first_result_seen.set()
+            if event.type == "response.web_search_call.searching" and (1, "web_search_call") in done:
+                search.first_result_seen.set()  # the first search is done, the second is being searched
         final = await stream.get_final_response()
     assert search.released_by_client == [True]
     assert done == [(0, "message"), (1, "web_search_call"), (2, "web_search_call"), (3, "message")]

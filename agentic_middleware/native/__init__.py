@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from ..surfaces import Source, ToolResult
 
 __all__ = [
+    "NativeCall",
     "NativeFormat",
     "NativeOptions",
     "NativeRequest",
@@ -147,6 +148,18 @@ def decode_text(content: Any) -> str:
 def query_of(call_input: Any) -> str | None:
     query = call_input.get("query") if isinstance(call_input, dict) else None
     return query if isinstance(query, str) else None
+
+
+class NativeCall(NamedTuple):
+    """A call of a natively declared tool, before it ran: the app's call, the tool's name as the client declared it
+    (Anthropic's `web_search`), and its query."""
+
+    call: dict[str, Any]
+    name: str
+    query: str | None
+
+    def ran(self, result: ToolResult, error_code: str | None = None) -> NativeRun:
+        return NativeRun(self.call, self.name, self.query, result, error_code)
 
 
 class NativeRun(NamedTuple):

@@ -8,7 +8,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..payload import JSONObject
-from . import CITED_CHARS, NativeFormat, NativeRound, NativeRun, citations, encode_text, query_of, result_text
+from . import (
+    CITED_CHARS,
+    NativeCall,
+    NativeFormat,
+    NativeRound,
+    NativeRun,
+    citations,
+    encode_text,
+    query_of,
+    result_text,
+)
 
 RECORD_TYPES = frozenset({"server_tool_use", "web_search_tool_result"})
 CITATION_TYPE = "web_search_result_location"
@@ -18,6 +28,11 @@ def server_id(call_id: Any) -> str:
     """The record's id for the app's call id: `toolu_x` becomes `srvtoolu_x` (a call without one gets a new one)."""
     call_id = call_id if isinstance(call_id, str) and call_id else os.urandom(12).hex()
     return f"srvtoolu_{call_id.removeprefix('toolu_')}"
+
+
+def server_tool_use(search: NativeCall | NativeRun, block_id: str) -> dict[str, Any]:
+    """A call's `server_tool_use` block."""
+    return {"type": "server_tool_use", "id": block_id, "name": search.name, "input": search.call.get("input") or {}}
 
 
 def pair(run: NativeRun, block_id: str) -> list[dict[str, Any]]:
@@ -36,9 +51,8 @@ def pair(run: NativeRun, block_id: str) -> list[dict[str, Any]]:
             }
             for source in run.result.sources
         ]
-    call_input = run.call.get("input")
     return [
-        {"type": "server_tool_use", "id": block_id, "name": run.name, "input": call_input or {}},
+        server_tool_use(run, block_id),
         {"type": "web_search_tool_result", "tool_use_id": block_id, "content": content},
     ]
 

@@ -11,7 +11,7 @@ import orjson
 
 from ..payload import JSONObject
 from ..reasoning import kept_positions
-from . import NativeFormat, NativeRound, NativeRun, Source, citations, encode_text, result_text
+from . import NativeCall, NativeFormat, NativeRound, NativeRun, Source, citations, encode_text, result_text
 
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 RECORD_TYPE = "web_search_call"
@@ -22,6 +22,16 @@ def record_id(call: Mapping[str, Any]) -> str:
     own = call.get("call_id") or call.get("id")
     own = own if isinstance(own, str) and own else os.urandom(12).hex()
     return f"ws_{own.removeprefix('call_').removeprefix('fc_')}"
+
+
+def searching(search: NativeCall) -> dict[str, Any]:
+    """The `web_search_call` item of a call still searching, as its `response.output_item.added` gives it."""
+    return {
+        "type": RECORD_TYPE,
+        "id": record_id(search.call),
+        "status": "in_progress",
+        "action": {"type": "search", "query": search.query, "sources": []},
+    }
 
 
 def web_search_call(run: NativeRun) -> dict[str, Any]:

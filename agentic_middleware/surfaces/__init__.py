@@ -14,7 +14,7 @@ import orjson
 from ..sse_reader import ServerSentEvent
 
 if TYPE_CHECKING:
-    from ..native import NativeFormat, NativeRun
+    from ..native import NativeCall, NativeFormat, NativeRun
 
 
 class Image(NamedTuple):
@@ -178,11 +178,15 @@ class StreamRelay(ABC):
         """The event that reports a failure now, in this stream's state; None: the surface's `error_event`."""
         return None
 
+    def announce(self, search: NativeCall, round: int) -> Sequence[bytes] | None:
+        """The client's events for a native call about to be searched (between two rounds: after what the client
+        has, in the `round`-th round with native calls). None: records cannot go out now (nothing was streamed yet,
+        or the format has none), and go in the final answer instead (see native/live.py)."""
+        return None
+
     def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
-        """The client's events for the record of a native call that just completed (between two rounds: after what
-        the client has, in the `round`-th round with native calls), and the relay's note of its sources, so that
-        later text cites them as the final answer would. None: it cannot go out now (nothing was streamed yet, or
-        the format has no records), and goes in the final answer instead (see native/live.py)."""
+        """The client's events for what came of a native call (announced just before), and the relay's note of its
+        sources, so that later text cites them as the final answer would. None: as for `announce`."""
         return None
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 
 from .. import sse
-from ..native import NativeFormat, NativeRun
-from ..native.messages import MessagesNative, cited, pair, server_id
+from ..native import NativeCall, NativeFormat, NativeRun
+from ..native.messages import MessagesNative, cited, pair, server_id, server_tool_use
 from ..payload import JSONObject
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Claims, Pieces, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
@@ -156,6 +156,7 @@ class MessagesRelay(StreamRelay):
         self.sent = 0  # blocks of this round that went out
         self.recorded = 0  # native record blocks that went out after them
         self.records: list[tuple[NativeRun, str]] = []  # every native call recorded so far, with its block id
+        self.announced: dict[int, str] = {}  # the block ids of calls announced and not recorded yet, by call
         self.begin_round()
 
     def begin_round(self) -> None:
@@ -271,13 +272,30 @@ class MessagesRelay(StreamRelay):
             return _NOTHING
         return [*deltas, *stop]
 
-    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+    def announce(self, search: NativeCall, round: int) -> Sequence[bytes] | None:
+        """The call's `server_tool_use` block, after what the client has."""
         if not self.started:
             return None
-        block_id = server_id(run.call.get("id"))
+        block_id = self.announced[id(search.call)] = server_id(search.call.get("id"))
+        return self.blocks_out([server_tool_use(search, block_id)])
+
+    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+        """The call's `web_search_tool_result` block (with its `server_tool_use` if it was not announced)."""
+        if not self.started:
+            return None
+        block_id = self.announced.pop(id(run.call), None)
+        if block_id is None:
+            block_id = server_id(run.call.get("id"))
+            blocks = pair(run, block_id)
+        else:
+            blocks = pair(run, block_id)[1:]
         self.records.append((run, block_id))
+        return self.blocks_out(blocks)
+
+    def blocks_out(self, blocks: list[dict[str, Any]]) -> list[bytes]:
+        """Whole blocks written between two rounds, numbered after what the client has."""
         events: list[bytes] = []
-        for block in pair(run, block_id):
+        for block in blocks:
             events += sse.messages_block(self.base + self.sent + self.recorded, block)
             self.recorded += 1
         return events

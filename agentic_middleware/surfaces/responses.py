@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from .. import sse
-from ..native import NativeFormat, NativeRun
-from ..native.responses import ResponsesNative, url_citations, web_search_call
+from ..native import NativeCall, NativeFormat, NativeRun
+from ..native.responses import ResponsesNative, searching, url_citations, web_search_call
 from ..payload import JSONObject
 from ..reasoning import kept_positions
 from ..sse_reader import ServerSentEvent
@@ -249,6 +249,7 @@ class ResponsesRelay(StreamRelay):
         self.shown: dict[int, Any] = {}
         self.recorded: list[dict[str, Any]] = []
         self.rounds: dict[int, list[NativeRun]] = {}  # the native calls recorded so far, by round
+        self.announced: dict[int, int] = {}  # where in `recorded` the calls announced and not recorded yet are, by call
         self.begin_round()
 
     def begin_round(self) -> None:
@@ -344,17 +345,44 @@ class ResponsesRelay(StreamRelay):
                 return [{**payload, "item": item}]
         return [payload]
 
+    def announce(self, search: NativeCall, round: int) -> Sequence[bytes] | None:
+        """The reasoning item that led to the call (held with it, and shown with its record as in the JSON answer),
+        then the call's `web_search_call` item added, `in_progress` and `searching`."""
+        if not self.started:
+            return None
+        events: list[bytes] = []
+        for reasoning in self.reasoning_before(search.call):
+            events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), reasoning)
+            self.recorded.append(reasoning)
+        item = searching(search)
+        position = self.base + len(self.released) + len(self.recorded)
+        self.announced[id(search.call)] = len(self.recorded)
+        self.recorded.append(item)
+        at = {"item_id": item["id"], "output_index": position}
+        events.append(self.emit("response.output_item.added", output_index=position, item=item))
+        events.append(self.emit("response.web_search_call.in_progress", **at))
+        events.append(self.emit("response.web_search_call.searching", **at))
+        return events
+
     def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
-        """The call's `web_search_call` item, after the reasoning item that led to it (held with the call, and shown
-        with its record, as in the JSON answer)."""
+        """The call's search `completed` and its item done (all of its events if it was not announced)."""
         if not self.started:
             return None
         self.rounds.setdefault(round, []).append(run)
-        events: list[bytes] = []
-        for item in [*self.reasoning_before(run.call), web_search_call(run)]:
-            events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), item)
-            self.recorded.append(item)
-        return events
+        item = web_search_call(run)
+        slot = self.announced.pop(id(run.call), None)
+        if slot is None:
+            events: list[bytes] = []
+            for whole in [*self.reasoning_before(run.call), item]:
+                events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), whole)
+                self.recorded.append(whole)
+            return events
+        self.recorded[slot] = item
+        position = self.base + len(self.released) + slot
+        return [
+            self.emit("response.web_search_call.completed", item_id=item["id"], output_index=position),
+            self.emit("response.output_item.done", output_index=position, item=item),
+        ]
 
     def reasoning_before(self, call: Mapping[str, Any]) -> list[Any]:
         """The reasoning item right before the app's `call` in this round, if it did not go out."""
