@@ -18,7 +18,7 @@ from .. import sse
 from ..native import NativeCall, NativeFormat, NativeRun
 from ..native.responses import ResponsesNative, searching, url_citations, web_search_call
 from ..payload import JSONObject
-from ..reasoning import kept_positions
+from ..reasoning import is_reasoning, kept_positions
 from ..sse_reader import ServerSentEvent
 from . import PATCH_FIELDS, AppStreamError, Claims, StreamMismatch, StreamRelay, Surface, ToolResult, field, with_id
 from .chat import ERROR_MARKER, openai_error_body, openai_error_type
@@ -260,6 +260,7 @@ class ResponsesRelay(StreamRelay):
         self.shown = {}  # items as the client got them, where they differ (annotated)
         self.annotated: dict[tuple[Any, Any], list[dict[str, Any]]] = {}  # our annotations, by item and part
         self.recorded = []  # native record items that went out after this round's items
+        self.reasoned: set[int] = set()  # this round's reasoning items that went out with them
         self.waiting: list[dict[str, Any]] = []  # a reasoning item's events, until the next item says where they go
         self.waiting_items: set[int] = set()
         self.holding = False
@@ -385,12 +386,17 @@ class ResponsesRelay(StreamRelay):
         ]
 
     def reasoning_before(self, call: Mapping[str, Any]) -> list[Any]:
-        """The reasoning item right before the app's `call` in this round, if it did not go out."""
+        """The reasoning item that led to the app's `call` in this round (see reasoning.py), if it did not go out."""
         at = next((i for i, item in self.items.items() if _is_call(item) and _is_same(item, call)), None)
-        if at is None or at - 1 in self.released:
+        if at is None:
             return []
-        before = self.items.get(at - 1)
-        return [before] if isinstance(before, dict) and before.get("type") == "reasoning" else []
+        at -= 1
+        while isinstance(self.items.get(at), dict) and self.items[at].get("type") not in ("reasoning", "message"):
+            at -= 1  # the calls between
+        if not is_reasoning(self.items.get(at)) or at in self.released or at in self.reasoned:
+            return []
+        self.reasoned.add(at)
+        return [self.items[at]]
 
     def sent_items(self) -> list[Any]:
         """This round's items that went out, as the client has them."""
