@@ -46,8 +46,8 @@ def is_internal_field(name: str) -> bool:
 
 
 def _claimed_calls(claim: Any) -> list[dict[str, Any]]:
-    calls = claim.get("tool_calls") if isinstance(claim, dict | Mapping) else None
-    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list | tuple) else []
+    calls = claim.get("tool_calls") if isinstance(claim, (dict, Mapping)) else None
+    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, (list, tuple)) else []
 
 
 class Rerun(NamedTuple):

@@ -55,6 +55,13 @@ def _level(record: RoundRecord) -> int:
     return logging.DEBUG if record.outcome == "finished" and record.depth == 0 else logging.INFO
 
 
+_NUMBERS = (int, float)  # a tuple, not `int | float`, which makes a new union object at every check
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, _NUMBERS) and not isinstance(value, bool)
+
+
 def sum_usage(usages: Sequence[Any]) -> Any:
     """The usage of every call added up: numbers are summed (nested counters too), anything else is the last call's."""
     dicts = [usage for usage in usages if isinstance(usage, Mapping)]
@@ -62,8 +69,8 @@ def sum_usage(usages: Sequence[Any]) -> Any:
         return usages[-1] if usages else None
     total: dict[str, Any] = {}
     for key in dict.fromkeys(key for usage in dicts for key in usage):
-        values = [usage[key] for usage in dicts if key in usage and usage[key] is not None]
-        if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        values = [value for usage in dicts if (value := usage.get(key)) is not None]
+        if values and all(map(_is_count, values)):
             total[key] = sum(values)
         elif values and all(isinstance(v, Mapping) for v in values):
             total[key] = sum_usage(values)
@@ -85,8 +92,8 @@ def usage_added(before: Any, after: Any) -> dict[str, Any] | None:
             inner = usage_added(old, value)
             if inner:
                 added[key] = inner
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            if not isinstance(old, int | float) or isinstance(old, bool):
+        elif _is_count(value):
+            if not _is_count(old):
                 added[key] = value
             elif value != old:
                 added[key] = value - old
