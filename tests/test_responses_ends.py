@@ -7,7 +7,7 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import openai_client
+from conftest import http_client, openai_client
 from starlette.responses import JSONResponse, StreamingResponse
 from storing import StoringModel
 
@@ -148,3 +148,30 @@ async def test_a_follow_up_by_previous_response_id_works_on_a_store_that_checks_
     assert follow_up.output_text == "Follow-up answered."
     assert first.id in store.stored and first.output_text
     assert store.model.requests[-1].body["previous_response_id"] == first.id
+
+
+def streamed_with_done(body: dict[str, Any]) -> Any:
+    """A scripted reply streaming `body` and then `data: [DONE]`, as some OpenAI-compatible servers end a stream."""
+
+    def reply(request: Any) -> Any:
+        events = [*sse.responses_events(body), b"data: [DONE]\n\n"]
+        return StreamingResponse(iter(events), media_type="text/event-stream")
+
+    return reply
+
+
+async def test_a_done_line_at_the_end_of_the_apps_stream_is_ignored() -> None:
+    model = ScriptedModel(
+        streamed_with_done(response("Let me look.", function_call("lookup", {"key": "k"}, "call_s"))),
+        streamed_with_done(response("It is v.")),
+        streamed_with_done(response("Plain.")),
+    )
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+
+    async with openai_client(app).responses.stream(model="m", input="x") as stream:
+        final = await stream.get_final_response()
+    raw = await http_client(app).post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
+
+    assert final.output_text == "Let me look.It is v."
+    assert raw.status_code == 200 and b"response.completed" in raw.content
+    assert b"[DONE]" not in raw.content and b"response.failed" not in raw.content

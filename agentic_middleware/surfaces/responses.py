@@ -268,6 +268,8 @@ class ResponsesRelay(StreamRelay):
         self.terminal: dict[str, Any] | None = None
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        if event.data == b"[DONE]":  # not the Responses API's, but some servers end their streams with it
+            return _NOTHING
         payload = orjson.loads(event.data)
         kind = payload.get("type") or event.event
         payload["type"] = kind
