@@ -146,10 +146,10 @@ class AgenticLoopMiddleware:
             stream_options = relay = None
             if takes_part:
                 problem, code = _wrong_type(body), "invalid_request"
-                if not problem:
+                if problem is None and self._may_loop(scope):
                     problem, code = surface.unsupported(body), "unsupported_parameter"
-                if problem:
-                    await _refuse(send, surface, 400, problem, code)
+                if problem is not None:
+                    await _refuse(send, surface, 400, problem[1], code, problem[0])
                     return
                 if streaming:
                     stream_options = body.get("stream_options")
@@ -197,6 +197,11 @@ class AgenticLoopMiddleware:
             return False
         return True
 
+    def _may_loop(self, scope: Scope) -> bool:
+        """Whether this request's loop limit lets it rerun (`request.state.max_agentic_loops` when set)."""
+        limit = scope.get("state", {}).get("max_agentic_loops", self.settings.max_agentic_loops)
+        return not isinstance(limit, int) or isinstance(limit, bool) or limit > 0
+
     def stream_mode(self, request: dict[str, Any]) -> str | None:
         """How a streaming request takes part: "live", "buffered", or None when it passes through untouched.
 
@@ -214,9 +219,9 @@ class AgenticLoopMiddleware:
         return "live" if setting is True or any(wishes) else None
 
 
-async def _refuse(send: Send, surface: Surface, status: int, message: str, code: str) -> None:
+async def _refuse(send: Send, surface: Surface, status: int, message: str, code: str, param: str | None = None) -> None:
     """An answer of the middleware's own, in the route's error shape; the app is not called."""
-    error = surface.error_body(status, message, code)
+    error = surface.error_body(status, message, code, param)
     await send(json_start(status, len(error)))
     await send({"type": "http.response.body", "body": error})
 
@@ -249,10 +254,10 @@ _FIELD_TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
 )
 
 
-def _wrong_type(body: dict[str, Any]) -> str | None:
-    """What is wrong with a field the hooks rely on, if anything; the app judges everything else."""
+def _wrong_type(body: dict[str, Any]) -> tuple[str, str] | None:
+    """The field the hooks rely on that has a wrong type, and what is wrong, if any; the app judges everything else."""
     for name, kind, described in _FIELD_TYPES:
         value = body.get(name)
         if value is not None and not isinstance(value, kind):
-            return f"{name} must be {described}, got {type(value).__name__}"
+            return name, f"{name} must be {described}, got {type(value).__name__}"
     return None

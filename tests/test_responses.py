@@ -174,6 +174,7 @@ async def test_errors_come_in_openai_shape_with_their_status() -> None:
     assert bad.status_code == 400
     assert set(bad.json()["error"]) == {"message", "type", "param", "code"}
     assert "input must be a string or an array" in bad.json()["error"]["message"]
+    assert bad.json()["error"]["param"] == "input"
 
 
 async def test_previous_response_id_and_store_are_kept_and_unstored_items_lose_their_ids() -> None:

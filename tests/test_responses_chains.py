@@ -278,15 +278,44 @@ def test_a_chain_store_without_get_and_put_is_refused() -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_conversation_is_refused_before_the_app_is_called(stream: bool) -> None:
+@pytest.mark.parametrize(("field", "value"), [("conversation", "conv_1"), ("background", True)])
+async def test_a_conversation_or_background_is_refused_before_the_app_is_called(
+    stream: bool, field: str, value: Any
+) -> None:
     model = ScriptedModel(response("never"))
     client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming=True))
 
-    with pytest.raises(openai.BadRequestError, match="conversation is not supported") as raised:
-        await first_turn(client, stream, conversation="conv_1")
+    with pytest.raises(openai.BadRequestError, match=f"{field} is not supported") as raised:
+        await first_turn(client, stream, **{field: value})
 
-    assert raised.value.code == "unsupported_parameter"
+    assert raised.value.code == "unsupported_parameter" and raised.value.param == field
     assert model.requests == []
+
+
+class NoLoops:
+    """An outer middleware that gives a request a loop limit of 0, as a gateway does for tenants without tools."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})["max_agentic_loops"] = 0
+        await self.app(scope, receive, send)
+
+
+@pytest.mark.parametrize("where", ["middleware", "request.state"])
+@pytest.mark.parametrize(("field", "value"), [("conversation", "conv_1"), ("background", True)])
+async def test_a_request_that_cannot_loop_passes_with_conversation_or_background(
+    where: str, field: str, value: Any
+) -> None:
+    model = ScriptedModel(response("as the app says"))
+    limit = 0 if where == "middleware" else None
+    app: Any = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], max_agentic_loops=limit)
+    client = openai_client(NoLoops(app) if where == "request.state" else app)
+
+    answer = await client.responses.create(model="m", input="q", **{field: value})
+
+    assert answer.output_text == "as the app says" and model.requests[0].body[field] == value
 
 
 async def test_a_conversation_passes_through_where_no_hook_runs() -> None:

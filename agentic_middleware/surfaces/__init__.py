@@ -210,8 +210,9 @@ class Surface(ABC):
         """The request without model and conversation: the plan builders' optional parameters."""
         return {key: value for key, value in body.items() if key not in ("model", self.messages_field)}
 
-    def unsupported(self, body: dict[str, Any]) -> str | None:
-        """Why a request of this format cannot take part in the loop, if it cannot: a 400 before any call of the app."""
+    def unsupported(self, body: dict[str, Any]) -> tuple[str, str] | None:
+        """The field, and why, when a request of this format cannot take part in the loop: a 400 before any call of
+        the app (only for a request that may loop)."""
         return None
 
     def rerun_body(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -269,8 +270,8 @@ class Surface(ABC):
         return iter(())
 
     @abstractmethod
-    def error_body(self, status: int, message: str, code: str) -> bytes:
-        """An error body in the route's own shape."""
+    def error_body(self, status: int, message: str, code: str, param: str | None = None) -> bytes:
+        """An error body in the route's own shape (`param`: the request field at fault, where the shape has one)."""
 
     @abstractmethod
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:

@@ -21,9 +21,10 @@ def openai_error_type(status: int) -> str:
     return "invalid_request_error" if status < 500 else "server_error"
 
 
-def openai_error_body(status: int, message: str, code: str) -> bytes:
-    """OpenAI's error shape, the same on every OpenAI route."""
-    return orjson.dumps({"error": {"message": message, "type": openai_error_type(status), "param": None, "code": code}})
+def openai_error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
+    """OpenAI's error shape, the same on every OpenAI route; `param` names the request field at fault."""
+    error = {"message": message, "type": openai_error_type(status), "param": param, "code": code}
+    return orjson.dumps({"error": error})
 
 
 def _messages(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -121,8 +122,8 @@ class ChatCompletions(Surface):
             if made is not None:
                 yield self.call_name(made), self.call_input(made), turn.get("content")
 
-    def error_body(self, status: int, message: str, code: str) -> bytes:
-        return openai_error_body(status, message, code)
+    def error_body(self, status: int, message: str, code: str, param: str | None = None) -> bytes:
+        return openai_error_body(status, message, code, param)
 
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
         return sse.chat_chunks(response, _include_usage(stream_options))

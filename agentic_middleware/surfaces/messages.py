@@ -95,7 +95,7 @@ class Messages(Surface):
                     if call is not None:
                         yield call.get("name"), call.get("input"), block.get("content")
 
-    def error_body(self, status: int, message: str, code: str) -> bytes:
+    def error_body(self, status: int, message: str, code: str, param: str | None = None) -> bytes:
         return orjson.dumps({"type": "error", "error": {"type": _error_type(status), "message": message}})
 
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:

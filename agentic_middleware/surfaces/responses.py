@@ -97,16 +97,22 @@ class Responses(Surface):
         value = body.get("input")
         return [{"role": "user", "content": value}] if isinstance(value, str) else value
 
-    def unsupported(self, body: dict[str, Any]) -> str | None:
+    def unsupported(self, body: dict[str, Any]) -> tuple[str, str] | None:
         """`conversation`: the app appends each call's input and output to it, so every rerun (which sends the whole
         turn again) would add the turn's items to it once more, and a refused turn would leave a server call there
-        without its output. Refused rather than corrupted."""
-        if body.get("conversation") is None:
-            return None
-        return (
-            "conversation is not supported on this gateway, whose server-side tools rerun the model within one "
-            "request: chain with previous_response_id, or send the history in input"
-        )
+        without its output. `background`: the app answers at once and runs the model later, so the loop never sees
+        the calls, and the client would get the server's. Refused rather than corrupted."""
+        if body.get("conversation") is not None:
+            return "conversation", (
+                "conversation is not supported on this gateway, whose server-side tools rerun the model within one "
+                "request: chain with previous_response_id, or send the history in input"
+            )
+        if body.get("background") not in (None, False):
+            return "background", (
+                "background is not supported on this gateway, whose server-side tools rerun the model within one "
+                "request: send the request without background (a stream keeps a long turn alive)"
+            )
+        return None
 
     def rerun_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """With `store: false` the app kept no item: replayed output items go without their ids."""
@@ -176,8 +182,8 @@ class Responses(Surface):
                 if call is not None:
                     yield self.call_name(call), self.call_input(call), item.get("output")
 
-    def error_body(self, status: int, message: str, code: str) -> bytes:
-        return openai_error_body(status, message, code)
+    def error_body(self, status: int, message: str, code: str, param: str | None = None) -> bytes:
+        return openai_error_body(status, message, code, param)
 
     def stream_events(self, response: dict[str, Any], stream_options: Any) -> Iterator[bytes]:
         return sse.responses_events(response)
