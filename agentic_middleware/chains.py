@@ -14,6 +14,7 @@ time to live); replicas share one by passing a `ChainStore` of their own (Redis 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections import OrderedDict
@@ -38,7 +39,8 @@ NOT_RUN_OTHERWISE = "Not run: the server ended that request before running this 
 class ChainStore(Protocol):
     """Where the records live: a mapping from the id a client got to a JSON object (`previous_response_id`, the id to
     chain from, and `input`, the items to put first). Values are plain JSON, so a shared store can keep them as
-    `orjson.dumps(chain)`. `get` returns None for an id it does not hold (or no longer holds)."""
+    `orjson.dumps(chain)`. `get` returns None for an id it does not hold (or no longer holds). A store may also have
+    `async delete(id)`: a client's `DELETE` of a recorded id then drops its record (followups.py)."""
 
     async def get(self, response_id: str) -> dict[str, Any] | None: ...
 
@@ -75,6 +77,9 @@ class MemoryChainStore:
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
 
+    async def delete(self, response_id: str) -> None:
+        self.entries.pop(response_id, None)
+
 
 class Chains:
     """Records what an incomplete turn's follow-up needs, and rewrites that follow-up."""
@@ -90,15 +95,48 @@ class Chains:
         items = body.get("input")
         if not isinstance(previous, str) or not isinstance(items, str | list | None):
             return None
-        try:
-            chain = await self.store.get(previous)
-        except Exception:
-            logger.warning("the chain store failed to read %r: the request goes as sent", previous, exc_info=True)
-            return None
-        if not chain:
+        chain = await self.read(previous)
+        if chain is None:
             return None
         given = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
         return {**body, "previous_response_id": chain["previous_response_id"], "input": [*chain["input"], *given]}
+
+    async def read(self, response_id: str) -> dict[str, Any] | None:
+        """The record of an id, if the store holds a well-formed one; a store that fails, or a record of another
+        shape, is logged as a warning and taken as none."""
+        try:
+            chain = await self.store.get(response_id)
+        except Exception:
+            logger.warning("the chain store failed to read %r: the request goes as sent", response_id, exc_info=True)
+            return None
+        if chain is None:
+            return None
+        if not (
+            isinstance(chain, Mapping)
+            and isinstance(chain.get("previous_response_id"), str)
+            and isinstance(chain.get("input"), list)
+        ):
+            logger.warning(
+                "the chain store's record of %r is not {previous_response_id: str, input: list}: the request goes as "
+                "sent (got %.200r)",
+                response_id,
+                chain,
+            )
+            return None
+        return dict(chain)
+
+    async def forget(self, response_id: str) -> str | None:
+        """Drop the record of an id (when the store has `delete`); the id it chained to, if it had one."""
+        chain = await self.read(response_id)
+        if chain is None:
+            return None
+        delete = getattr(self.store, "delete", None)
+        if delete is not None:
+            try:
+                await delete(response_id)
+            except Exception:
+                logger.warning("the chain store failed to delete %r", response_id, exc_info=True)
+        return str(chain["previous_response_id"])
 
     async def record(
         self, body: Mapping[str, Any], last: Any, final: Any, events: Any, reason: str, limit: int
@@ -139,6 +177,12 @@ def chains_of(option: ChainStore | bool | None) -> Chains | None:
         return None
     if option is None or option is True:
         return Chains(MemoryChainStore())
-    if not isinstance(option, ChainStore):
-        raise ConfigurationError(f"chain_store must have async get(id) and put(id, chain), or be a bool: {option!r}")
+    if (
+        isinstance(option, type)
+        or not isinstance(option, ChainStore)
+        or not all(inspect.iscoroutinefunction(getattr(option, name)) for name in ("get", "put"))
+    ):
+        raise ConfigurationError(
+            f"chain_store must be a store (an instance) with async get(id) and put(id, chain), or a bool: {option!r}"
+        )
     return Chains(option)

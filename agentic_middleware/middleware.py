@@ -14,6 +14,7 @@ from .asgi import json_start, read_body, replay, scope_with_body_length
 from .asking import is_internal_field
 from .chains import ChainStore, chains_of
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
+from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
 from .lifespan import HookLifecycle
 from .loop import AgenticLoop, LoopSetup
@@ -112,6 +113,9 @@ class AgenticLoopMiddleware:
         if surface is None:
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
+            elif (last := self._beside_responses(scope)) is not None:
+                assert self.chains is not None
+                await beside(self.chains, self.app, scope, receive, send, last, self.settings.max_body_bytes)
             else:
                 await self.app(scope, receive, send)
             return
@@ -196,6 +200,17 @@ class AgenticLoopMiddleware:
             await _refuse(send, surface, 503, f"server tools are unavailable: {error}", "hooks_unavailable")
             return False
         return True
+
+    def _beside_responses(self, scope: Scope) -> str | None:
+        """For a request under a Responses route that may name a recorded id (`POST .../compact`, `POST
+        .../input_tokens`, `DELETE .../{id}`), its path's last segment (followups.py); else None."""
+        if self.chains is None or scope["type"] != "http" or scope["method"] not in ("POST", "DELETE"):
+            return None
+        base, _, last = scope["path"].rpartition("/")
+        if not last or (scope["method"] == "POST" and last not in CONTEXT_ENDPOINTS):
+            return None
+        surface = self.routes.get(base) or (self.templated.get(base) if self.templated is not None else None)
+        return last if surface is not None and surface.chains_by_id else None
 
     def _may_loop(self, scope: Scope) -> bool:
         """Whether this request's loop limit lets it rerun (`request.state.max_agentic_loops` when set)."""

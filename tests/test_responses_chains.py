@@ -273,7 +273,7 @@ async def test_a_follow_up_that_passes_through_is_rewritten_too() -> None:
 
 
 def test_a_chain_store_without_get_and_put_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="chain_store must have async get"):
+    with pytest.raises(ConfigurationError, match="chain_store must be a store"):
         AgenticLoopMiddleware(model_for("answer").model, chain_store=object())  # type: ignore[arg-type]
 
 
@@ -325,3 +325,51 @@ async def test_a_conversation_passes_through_where_no_hook_runs() -> None:
     answer = await client.responses.create(model="m", input="q", conversation="conv_1")
 
     assert answer.output_text == "as the app says" and model.requests[0].body["conversation"] == "conv_1"
+
+
+class OddStore:
+    """A store whose records are of another shape (an older version's, or bytes a shared store forgot to parse)."""
+
+    def __init__(self, record: Any) -> None:
+        self.record = record
+
+    async def get(self, response_id: str) -> Any:
+        return self.record
+
+    async def put(self, response_id: str, chain: dict[str, Any]) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"previous_response_id": "resp_x", "items": []},
+        b'{"previous_response_id": "resp_x", "input": []}',
+        {"previous_response_id": 7, "input": []},
+        {"previous_response_id": "resp_x", "input": "text"},
+    ],
+)
+async def test_a_malformed_record_is_logged_and_skipped(record: Any, caplog: pytest.LogCaptureFixture) -> None:
+    store = StoringModel(lambda body: response(FOLLOW_UP))
+    client = openai_client(AgenticLoopMiddleware(store.model, hooks=[], chain_store=OddStore(record)))
+    first = await client.responses.create(model="m", input="q")
+
+    follow_up = await client.responses.create(model="m", input="and?", previous_response_id=first.id)
+
+    assert follow_up.output_text == FOLLOW_UP
+    assert store.model.requests[-1].body["previous_response_id"] == first.id  # as sent
+    assert "is not {previous_response_id: str, input: list}" in caplog.text
+
+
+class SyncStore:
+    def get(self, response_id: str) -> Any:
+        return None
+
+    def put(self, response_id: str, chain: dict[str, Any]) -> None:
+        pass
+
+
+@pytest.mark.parametrize("option", [MemoryChainStore, SyncStore()], ids=["a class", "sync get and put"])
+def test_a_chain_store_class_or_sync_store_is_refused_at_build(option: Any) -> None:
+    with pytest.raises(ConfigurationError, match="chain_store must be a store"):
+        AgenticLoopMiddleware(model_for("answer").model, chain_store=option)

@@ -1,0 +1,107 @@
+"""Requests beside `/v1/responses` that name a recorded id (a live stream's, `closing="text"`): `compact` and
+`input_tokens` chain as a follow-up does, and `DELETE` reaches the turn's last response too."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import openai
+import pytest
+from conftest import openai_client
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from storing import StoringModel
+
+from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.testing import function_call, response
+from agentic_middleware.tools import ServerTools, server_tool
+
+
+@server_tool
+async def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+def storing() -> StoringModel:
+    """One server call, then an answer; the app keeps each response with its context."""
+    numbers = itertools.count()
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("previous_response_id") or next(numbers):
+            return response("The value is v.")
+        return response(function_call("lookup", {"key": "k"}, "call_s0"))
+
+    return StoringModel(answer)
+
+
+def app_of(store: StoringModel, prefix: str = "/v1") -> tuple[Starlette, list[str]]:
+    """The storing app serving `POST responses`, `compact`, `input_tokens` (each a check of the context, as the
+    API's are) and `DELETE responses/{id}`; the list gets each id it deleted."""
+    deleted: list[str] = []
+
+    async def delete(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        if store.stored.pop(response_id, None) is None:
+            return JSONResponse({"error": {"message": f"Response with id '{response_id}' not found."}}, 404)
+        deleted.append(response_id)
+        return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+    routes = [
+        Route("/responses", store.model, methods=["POST"]),
+        Route("/responses/compact", store.model, methods=["POST"]),
+        Route("/responses/input_tokens", store.model, methods=["POST"]),
+        Route("/responses/{response_id}", delete, methods=["DELETE"]),
+    ]
+    return Starlette(routes=[Mount(prefix, routes=routes)]), deleted
+
+
+async def live_turn(client: openai.AsyncOpenAI) -> Any:
+    async with client.responses.stream(model="m", input="q") as events:
+        return await events.get_final_response()
+
+
+@pytest.mark.parametrize("endpoint", ["compact", "input_tokens"])
+async def test_compact_and_input_tokens_chain_from_the_turns_last_response(endpoint: str) -> None:
+    store = storing()
+    inner, _ = app_of(store)
+    client = openai_client(AgenticLoopMiddleware(inner, hooks=[ServerTools([lookup])]))
+
+    first = await live_turn(client)
+    if endpoint == "compact":
+        await client.responses.compact(model="m", previous_response_id=first.id)
+    else:
+        await client.responses.input_tokens.count(model="m", previous_response_id=first.id)
+
+    sent = store.model.requests[-1]
+    assert sent.path == f"/v1/responses/{endpoint}"
+    assert sent.body["previous_response_id"] == store.answers[1]["id"] != first.id
+    assert first.id == store.answers[0]["id"]
+
+
+async def test_compact_under_litellms_paths_chains_too() -> None:
+    store = storing()
+    inner, _ = app_of(store, prefix="")
+    client = openai_client(AgenticLoopMiddleware(inner, hooks=[ServerTools([lookup])], routes="litellm"))
+    client = client.with_options(base_url="http://gateway")
+
+    first = await live_turn(client)
+    await client.responses.compact(model="m", previous_response_id=first.id)
+
+    assert store.model.requests[-1].body["previous_response_id"] == store.answers[1]["id"]
+
+
+async def test_deleting_a_recorded_id_deletes_the_turns_last_response_and_forgets_the_record() -> None:
+    store = storing()
+    inner, deleted = app_of(store)
+    client = openai_client(AgenticLoopMiddleware(inner, hooks=[ServerTools([lookup])]))
+
+    first = await live_turn(client)
+    await client.responses.delete(first.id)
+
+    assert deleted == [store.answers[1]["id"], first.id]  # the turn's last response (the whole turn), then the id
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.create(model="m", input="and?", previous_response_id=first.id)
