@@ -21,6 +21,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+from starlette.types import Message, Send
+
+from .asgi import media_type, with_length
 from .errors import ConfigurationError
 from .surfaces import field
 from .surfaces.responses import CALL_TYPES, ResponsesRelay
@@ -186,3 +190,38 @@ def chains_of(option: ChainStore | bool | None) -> Chains | None:
             f"chain_store must be a store (an instance) with async get(id) and put(id, chain), or a bool: {option!r}"
         )
     return Chains(option)
+
+
+class ShownId:
+    """The `send` of a rewritten follow-up: its answer shows the `previous_response_id` the client sent, not the
+    recorded one the app got (the turn's internal last response). JSON answers are read whole and given their new
+    length; an event stream is rewritten message by message (the app's events arrive whole in practice)."""
+
+    def __init__(self, send: Send, recorded: str, given: str) -> None:
+        self.send = send
+        self.recorded = orjson.dumps(recorded)
+        self.given = orjson.dumps(given)
+        self.start: Message | None = None  # a JSON answer's start, held until its body is whole
+        self.chunks: list[bytes] = []
+        self.plain = True  # not content-encoded
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            kind, encoded = media_type(message.get("headers", ()))
+            self.plain = not encoded
+            if self.plain and kind == b"application/json":
+                self.start = message
+                return
+        elif message["type"] == "http.response.body" and self.plain:
+            body = message.get("body", b"")
+            if self.start is not None:
+                self.chunks.append(body)
+                if message.get("more_body", False):
+                    return
+                body = b"".join(self.chunks).replace(self.recorded, self.given)
+                start, self.start = self.start, None
+                await self.send({**start, "headers": with_length(start.get("headers", ()), len(body))})
+                message = {**message, "body": body}
+            elif self.recorded in body:
+                message = {**message, "body": body.replace(self.recorded, self.given)}
+        await self.send(message)

@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start, read_body, replay, scope_with_body_length
 from .asking import is_internal_field
-from .chains import ChainStore, chains_of
+from .chains import ChainStore, ShownId, chains_of
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
@@ -142,7 +142,8 @@ class AgenticLoopMiddleware:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
             if self.chains is not None and surface.chains_by_id and "previous_response_id" in body:
                 resumed = await self.chains.resume(body)
-                if resumed is not None:
+                if resumed is not None:  # the answer shows the id the client sent
+                    send = ShownId(send, resumed["previous_response_id"], body["previous_response_id"])
                     body, changed = resumed, True
             streaming = body.get("stream") is True
             mode = self.stream_mode(body) if streaming and self.hooks else None

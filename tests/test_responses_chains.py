@@ -373,3 +373,34 @@ class SyncStore:
 def test_a_chain_store_class_or_sync_store_is_refused_at_build(option: Any) -> None:
     with pytest.raises(ConfigurationError, match="chain_store must be a store"):
         AgenticLoopMiddleware(model_for("answer").model, chain_store=option)
+
+
+@pytest.mark.parametrize("how", ["json", "live", "no hooks"])
+async def test_a_rewritten_follow_up_shows_the_previous_response_id_the_client_sent(how: str) -> None:
+    numbers = itertools.count()
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        previous = body.get("previous_response_id")
+        if previous:
+            return response(FOLLOW_UP, previous_response_id=previous)
+        if next(numbers):
+            return response("The value is v.")
+        return response(function_call("lookup", {"key": "k"}, "call_s0"))
+
+    store, chains = StoringModel(answer), MemoryChainStore()
+    client = openai_client(AgenticLoopMiddleware(store.model, hooks=[ServerTools([lookup])], chain_store=chains))
+    first = await first_turn(client, stream=True)  # a live stream's id: the first round's, recorded
+    if how == "no hooks":  # the follow-up passes through, rewritten
+        client = openai_client(AgenticLoopMiddleware(store.model, hooks=[], chain_store=chains))
+
+    if how == "live":
+        async with client.responses.stream(model="m", input="and?", previous_response_id=first.id) as events:
+            kinds = {event.type: event async for event in events}
+            follow_up = await events.get_final_response()
+        assert kinds["response.created"].response.previous_response_id == first.id  # type: ignore[union-attr]
+    else:
+        follow_up = await client.responses.create(model="m", input="and?", previous_response_id=first.id)
+
+    assert store.model.requests[-1].body["previous_response_id"] == store.answers[1]["id"] != first.id
+    assert follow_up.output_text == FOLLOW_UP
+    assert follow_up.previous_response_id == first.id
