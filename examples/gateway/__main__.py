@@ -20,6 +20,7 @@ from agentic_middleware import load_config
 from .app import CONFIG, CONFIG_VARIABLE, UPSTREAM_VARIABLE, create_app
 from .demo_model import DemoModel
 from .serve import serving
+from .upstream import Upstream
 
 
 async def demo(config: str) -> None:
@@ -106,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     load_config(args.config)  # a mistake in the config stops the start here, once, with its own message
     os.environ[CONFIG_VARIABLE] = args.config  # what each worker's `app_from_env` reads
     upstream = os.environ.get(UPSTREAM_VARIABLE)
+    try:  # a bad upstream likewise stops the start here, once, before uvicorn starts (and restarts) workers
+        if upstream:
+            Upstream(upstream)
+    except ValueError as error:
+        print(f"{parser.prog}: error: {UPSTREAM_VARIABLE}: {error}", file=sys.stderr)
+        return 1
     behind = f"upstream {upstream}" if upstream else f"the demo model ({UPSTREAM_VARIABLE} unset)"
     workers = f", {args.workers} workers" if args.workers > 1 else ""
     print(f"gateway on http://{args.host}:{args.port}{workers} in front of {behind}", flush=True)

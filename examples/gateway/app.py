@@ -15,6 +15,7 @@ from pathlib import Path
 
 from starlette import routing
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -23,7 +24,7 @@ from agentic_middleware import AgenticLoopMiddleware, Settings, load_config
 
 from .demo_model import DemoModel
 from .upstream import Upstream
-from .wire import Model, Route
+from .wire import Model, Route, error_response
 
 CONFIG = Path(__file__).with_name("config.yaml")
 ROUTES: dict[str, Route] = {
@@ -55,6 +56,16 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+async def http_error(request: Request, error: Exception) -> Response:
+    """A 404 or 405 of the gateway's own as a JSON error the SDKs parse: Anthropic's shape under /v1/messages,
+    OpenAI's elsewhere."""
+    assert isinstance(error, HTTPException)
+    route: Route = "messages" if request.url.path.startswith("/v1/messages") else "chat_completions"
+    response = error_response(route, error.status_code, error.detail)
+    response.headers.update(error.headers or {})  # a 405's `Allow`
+    return response
+
+
 def model_app(model: Model) -> Starlette:
     """The model routes alone, without the middleware: what an upstream model server looks like."""
 
@@ -64,7 +75,11 @@ def model_app(model: Model) -> Starlette:
         await model.aclose()
 
     routes = [routing.Route(path, ModelRoute(model, route), methods=["POST"]) for path, route in ROUTES.items()]
-    app = Starlette(routes=[*routes, routing.Route("/health", health, methods=["GET"])], lifespan=lifespan)
+    app = Starlette(
+        routes=[*routes, routing.Route("/health", health, methods=["GET"])],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
     app.state.model = model
     return app
 
@@ -77,13 +92,14 @@ def create_app(config: str | os.PathLike[str] | Settings = CONFIG, model: Model 
     return app
 
 
-def model_from_env() -> Model:
+def model_from_env(error_details: bool = True) -> Model:
     """`Upstream(AGENTIC_UPSTREAM)` when the variable is set, else the scripted demo model."""
     upstream = os.environ.get(UPSTREAM_VARIABLE)
-    return Upstream(upstream) if upstream else DemoModel()
+    return Upstream(upstream, error_details=error_details) if upstream else DemoModel()
 
 
 def app_from_env() -> Starlette:
     """The app factory that each uvicorn worker calls: the config named by AGENTIC_GATEWAY_CONFIG (default: the
     example's), in front of the model `model_from_env` picks. Nothing is shared between workers."""
-    return create_app(os.environ.get(CONFIG_VARIABLE) or CONFIG, model_from_env())
+    settings = load_config(os.environ.get(CONFIG_VARIABLE) or CONFIG)
+    return create_app(settings, model_from_env(settings.error_details))

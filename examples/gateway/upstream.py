@@ -2,28 +2,43 @@
 
 `/v1/messages` goes to `{base_url}/messages`, `/v1/chat/completions` to `{base_url}/chat/completions` and
 `/v1/responses` to `{base_url}/responses`, so `base_url` is the upstream's OpenAI-style base, e.g.
-`http://localhost:11434/v1`. The client's credentials and API headers go up; the upstream's status, body and
-content-type come back as they are, errors included, and a stream comes back chunk by chunk.
+`http://localhost:11434/v1`. The client's query string, credentials and API headers go up as they are (a repeated
+header stays repeated, a missing one stays missing); the upstream's status, body and the headers a client of the API
+reads (content-type, request ids, retry and rate-limit headers) come back as they are, errors and redirects included,
+and a stream comes back chunk by chunk.
 
 The client is `aiohttp`: measured side by side against the same upstream (`python -m benchmarks --case 5`), a POST
 costs it about a third of the CPU of httpx over the `httpx-aiohttp` transport and a tenth of plain httpx's, and a
-gateway spends most of its time in these POSTs.
+gateway spends most of its time in these POSTs. Whatever can be decided once (the proxy, the TLS context, the URLs)
+is decided when the gateway starts, not on each request.
 """
 
 from __future__ import annotations
 
+import os
+import ssl
+import urllib.request
 from collections.abc import AsyncIterator
 
 import aiohttp
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from yarl import URL
 
 from .wire import Route, error_response
 
 PATHS: dict[Route, str] = {"messages": "/messages", "chat_completions": "/chat/completions", "responses": "/responses"}
-FORWARDED_HEADERS = frozenset({"authorization", "x-api-key", "content-type", "accept"})
-FORWARDED_PREFIXES = ("anthropic-", "openai-")
-RETURNED_HEADERS = frozenset({"content-type", "retry-after", "request-id", "x-request-id"})
+FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"content-type", b"accept"})
+FORWARDED_PREFIXES = (b"anthropic-", b"openai-")
+RETURNED_HEADERS = frozenset(
+    {b"content-type", b"retry-after", b"retry-after-ms", b"x-should-retry", b"request-id", b"x-request-id"}
+    | {b"cache-control"}
+)
+RETURNED_PREFIXES = (b"anthropic-", b"openai-", b"x-ratelimit-")
+"""The SDKs read `retry-after(-ms)` and `x-should-retry` to decide on a retry; rate-limit headers tell a client its
+budget. Not returned: hop-by-hop and body-encoding headers (the body comes back decoded), `set-cookie` (a cookie is
+one client's), `location` (a redirect's status and body come back, but the gateway does not point a client with its
+credentials at a host the upstream names)."""
 TIMEOUT = aiohttp.ClientTimeout(total=None, connect=600.0, sock_connect=10.0, sock_read=600.0)
 """10 s to open a connection, 600 s to wait for a free one or between two reads: a long answer is never cut."""
 
@@ -33,23 +48,37 @@ class Upstream:
 
     The pool keeps up to `connections` keep-alive connections (size it for the gateway's concurrency: a request
     beyond it waits for a free one). The session is opened on the first request, in the server's event loop, so
-    that each worker process of a multi-worker server has its own.
+    that each worker process of a multi-worker server has its own. With `error_details=False` a 502 of the gateway's
+    own does not name the upstream's address or the error's text, only the error's kind.
+
+    `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` are read once, here, as httpx read them when its client was
+    made; an https upstream is verified against `SSL_CERT_FILE`/`SSL_CERT_DIR` when one is set, else certifi's CA
+    bundle when certifi is installed (what httpx used), else the system's store.
     """
 
-    def __init__(self, base_url: str, connections: int = 100) -> None:
+    def __init__(self, base_url: str, connections: int = 100, error_details: bool = True) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"the upstream must be an http(s) URL such as http://localhost:8000/v1, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.connections = connections
+        self.error_details = error_details
+        self.urls = {route: URL(self.base_url + path) for route, path in PATHS.items()}
+        self.proxy = env_proxy(self.urls["messages"])
         self._session: aiohttp.ClientSession | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.connections)
+            tls = tls_context() if self.base_url.startswith("https://") else True
+            connector = aiohttp.TCPConnector(limit=self.connections, ssl=tls)
             # No cookie jar: cookies the upstream sets belong to one client and must not go up with another's.
-            jar = aiohttp.DummyCookieJar()
-            self._session = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT, cookie_jar=jar)
+            # No made-up Content-Type: a request without one goes up without one.
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=TIMEOUT,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("Content-Type",),
+            )
         return self._session
 
     async def aclose(self) -> None:
@@ -57,32 +86,63 @@ class Upstream:
             await self._session.close()
 
     async def __call__(self, request: Request, route: Route) -> Response:
-        headers = {
-            name: value
-            for name, value in request.headers.items()
+        scope = request.scope
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in scope["headers"]
             if name in FORWARDED_HEADERS or name.startswith(FORWARDED_PREFIXES)
-        }
-        url = self.base_url + PATHS[route]
+        ]
+        url = self.urls[route]
+        if query := scope["query_string"]:
+            url = URL(f"{url}?{query.decode('latin-1')}", encoded=True)
         body = await request.body()
         try:
-            answer = await self.session.post(url, data=body, headers=headers)
+            # No redirect is followed: it would resend the client's credentials to wherever the upstream points.
+            answer = await self.session.post(url, data=body, headers=headers, allow_redirects=False, proxy=self.proxy)
         except (aiohttp.ClientError, TimeoutError) as error:
-            return _failed(route, url, error)
-        returned = {name: value for name, value in answer.headers.items() if name.lower() in RETURNED_HEADERS}
+            return self._failed(route, url, error)
+        returned = [
+            (lower, value)
+            for name, value in answer.raw_headers
+            if (lower := name.lower()) in RETURNED_HEADERS or lower.startswith(RETURNED_PREFIXES)
+        ]
         if answer.content_type == "text/event-stream":
-            return StreamingResponse(_relay(answer), answer.status, headers=returned)
-        try:
-            content = await answer.read()
-        except (aiohttp.ClientError, TimeoutError) as error:
-            return _failed(route, url, error)
-        finally:
-            answer.release()
-        return Response(content, answer.status, headers=returned)
+            response: Response = StreamingResponse(_relay(answer), answer.status)
+        else:
+            try:
+                content = await answer.read()
+            except (aiohttp.ClientError, TimeoutError) as error:
+                return self._failed(route, url, error)
+            finally:
+                answer.release()
+            response = Response(content, answer.status)
+        response.raw_headers.extend(returned)  # a repeated header stays repeated
+        return response
+
+    def _failed(self, route: Route, url: URL, error: BaseException) -> Response:
+        """The upstream could not be reached or broke off: a 502 in the route's own error shape."""
+        if not self.error_details:
+            return error_response(route, 502, f"the upstream failed: {type(error).__name__}", "upstream")
+        return error_response(route, 502, f"upstream {url} failed: {type(error).__name__}: {error}", "upstream")
 
 
-def _failed(route: Route, url: str, error: BaseException) -> Response:
-    """The upstream could not be reached or broke off: a 502 in the route's own error shape."""
-    return error_response(route, 502, f"upstream {url} failed: {type(error).__name__}: {error}", "upstream")
+def env_proxy(url: URL) -> str | None:
+    """The proxy the environment names for `url`'s scheme (`HTTP_PROXY`, `HTTPS_PROXY`), unless `NO_PROXY` covers it."""
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy is None or urllib.request.proxy_bypass(url.host or ""):
+        return None
+    return proxy
+
+
+def tls_context() -> ssl.SSLContext:
+    """The CA store an https upstream is verified against; see `Upstream`."""
+    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context()  # OpenSSL reads both variables for its default paths
+    try:
+        import certifi
+    except ImportError:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 async def _relay(answer: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
