@@ -234,11 +234,14 @@ async def _unreachable(gateway: Any, port: int) -> None:
 
 
 @asynccontextmanager
-async def raw_upstream(reply: bytes) -> AsyncIterator[str]:
-    """A server on a free port that answers every connection with `reply`, as raw bytes, then hangs up."""
+async def raw_upstream(reply: bytes, lines: list[bytes] | None = None) -> AsyncIterator[str]:
+    """A server on a free port that answers every connection with `reply`, as raw bytes, then hangs up; each
+    request's first line goes to `lines`."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        if lines is not None:
+            lines.append(head.split(b"\r\n")[0])
         writer.write(reply)
         await writer.drain()
         writer.close()

@@ -4,7 +4,6 @@ The upstream is served by uvicorn on 127.0.0.1; the gateway's model app calls it
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import ssl
@@ -18,13 +17,13 @@ import anthropic
 import httpx
 import openai
 import pytest
-import uvicorn
 from asgi_lifespan import LifespanManager
 from conftest import anthropic_client, openai_client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from test_example_gateway import raw_upstream
 
 from examples.gateway import DemoModel, Upstream, model_app, serving
 from examples.gateway.app import app_from_env
@@ -76,22 +75,6 @@ async def test_an_upstream_redirect_comes_back_unfollowed_and_no_key_leaves_for_
     assert elsewhere == []
 
 
-@asynccontextmanager
-async def raw_server(reply: bytes, lines: list[bytes]) -> AsyncIterator[str]:
-    """A server on a free port that records each request's first line and answers it with `reply`."""
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines.append(head.split(b"\r\n")[0])
-        writer.write(reply)
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
-    async with server:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-
-
 PROXIED = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"via":"p"}'
 
 
@@ -99,8 +82,8 @@ async def test_the_proxy_the_environment_names_is_used_and_no_proxy_bypasses_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     lines: list[bytes] = []
-    async with raw_server(PROXIED, lines) as proxy_url, serving(recording([], JSONResponse({"via": "direct"}))) as up:
-        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+    async with raw_upstream(PROXIED, lines) as proxy_url, serving(recording([], JSONResponse({"via": "direct"}))) as up:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
         async with forwarding(f"{up}/v1") as client:
             proxied = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
@@ -122,29 +105,12 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-@asynccontextmanager
-async def serving_tls(app: Starlette, cert: Path, key: Path) -> AsyncIterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", ssl_certfile=str(cert), ssl_keyfile=str(key))
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
-        yield f"https://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
-
-
 async def test_an_https_upstream_is_verified_against_ssl_cert_file_else_certifi(
     certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cert, key = certificate
-    async with serving_tls(recording([], JSONResponse({"ok": True})), cert, key) as upstream_url:
+    answer = recording([], JSONResponse({"ok": True}))
+    async with serving(answer, ssl_certfile=str(cert), ssl_keyfile=str(key)) as upstream_url:
         async with forwarding(f"{upstream_url}/v1") as client:
             untrusted = await client.post("/v1/messages", json={})
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))

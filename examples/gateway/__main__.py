@@ -3,7 +3,8 @@
 and exits.
 
 With AGENTIC_UPSTREAM=http://host/v1 the gateway forwards to that model server instead of the demo model
-(`--demo` always uses the demo model: it needs no keys and no network).
+(`--demo` always uses the demo model, in one process, whatever AGENTIC_UPSTREAM and `--workers` say: it needs no
+keys and no network).
 """
 
 from __future__ import annotations
