@@ -220,6 +220,40 @@ async def test_domain_filters_reach_the_tool_and_hold_on_its_results(
     assert seen is not None and seen.allowed_domains == tuple(options.get("allowed_domains", ()))
 
 
+TRAILING_DOT = Source("https://spam.test./a", "Dot", "A fully qualified host.")
+PUNYCODE = Source("https://xn--caf-dma.example/menu", "Café", "The punycode spelling of café.example.")
+UNICODE = Source("https://café.example/menu", "Café", "The Unicode spelling of xn--caf-dma.example.")
+LOOKALIKE = Source("https://notspam.test/a", "Not spam", "Another host that ends in spam.test.")
+DOCS = Source("https://good.test/docs/guide", "Guide", "Under /docs.")
+DOCS_PRIVATE = Source("https://good.test/docs-private/keys", "Keys", "Beside /docs, not under it.")
+
+
+@pytest.mark.parametrize(
+    ("options", "kept"),
+    [
+        ({"blocked_domains": ["spam.test"]}, [PUNYCODE, UNICODE, LOOKALIKE, DOCS, DOCS_PRIVATE]),
+        ({"blocked_domains": ["café.example"]}, [TRAILING_DOT, LOOKALIKE, DOCS, DOCS_PRIVATE]),
+        ({"blocked_domains": ["xn--caf-dma.example."]}, [TRAILING_DOT, LOOKALIKE, DOCS, DOCS_PRIVATE]),
+        ({"allowed_domains": ["good.test/docs"]}, [DOCS]),
+        ({"blocked_domains": ["good.test/docs"]}, [TRAILING_DOT, PUNYCODE, UNICODE, LOOKALIKE, DOCS_PRIVATE]),
+    ],
+)
+async def test_domain_filters_match_hosts_as_dns_names_and_paths_on_a_segment_boundary(
+    options: dict[str, Any], kept: list[Source]
+) -> None:
+    search = Search([TRAILING_DOT, PUNYCODE, UNICODE, LOOKALIKE, DOCS, DOCS_PRIVATE])
+    model = searching_model("anything", answer="Done.")
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[search.hook()])).messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": QUESTION}],
+        tools=[native_tool(**options)],  # type: ignore[list-item]
+    )
+    (found,) = [block for block in reply.content if isinstance(block, WebSearchToolResultBlock)]
+    assert isinstance(found.content, list) and [result.url for result in found.content] == [s.url for s in kept]
+    assert model.requests[1].body["messages"][-1]["content"][0]["content"] == format_sources("anything", kept)
+
+
 async def test_the_stream_gives_the_json_answer_s_blocks() -> None:
     replies = searching_model("capital", "more", answer=ANSWER).script  # the same ids in both runs
 

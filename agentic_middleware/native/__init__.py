@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..surfaces import Source, ToolResult
 
@@ -93,14 +93,33 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 def _in_domain(url: str, domain: str) -> bool:
-    """`example.com` matches example.com and its subdomains; `example.com/docs` only URLs under that path."""
+    """`example.com` matches example.com and its subdomains (on a label boundary: not badexample.com);
+    `example.com/docs` only URLs under that path (`/docs` and `/docs/...`, not `/docs-private`).
+
+    Hosts are compared as DNS names: without a trailing dot and IDNA-encoded, so `evil.com.`, `café.example` and
+    `xn--caf-dma.example` are each the same host written another way. The path is compared percent-decoded.
+    """
     domain = domain.strip().lower().removeprefix("https://").removeprefix("http://")
     host, _, path = domain.partition("/")
+    host = _dns_name(host)
     parts = urlsplit(url if "//" in url else f"//{url}")
-    name = (parts.hostname or "").lower()
+    name = _dns_name(parts.hostname or "")
     if not host or not (name == host or name.endswith(f".{host}")):
         return False
-    return not path or parts.path.lstrip("/").startswith(path.strip("/"))
+    path = unquote(path).strip("/")
+    if not path:
+        return True
+    under = unquote(parts.path).strip("/")
+    return under == path or under.startswith(f"{path}/")
+
+
+def _dns_name(host: str) -> str:
+    """A host as one spelling of its DNS name: lower case, no trailing dot, IDNA (punycode) for Unicode labels."""
+    host = host.strip().lower().removesuffix(".")
+    try:
+        return host.encode("idna").decode("ascii").lower()
+    except UnicodeError:  # not a valid IDNA name (an empty or over-long label): compare it as written
+        return host
 
 
 def format_sources(query: str | None, sources: Sequence[Source]) -> str:
