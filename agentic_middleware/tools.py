@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
 from .native import (
     MAX_USES_EXCEEDED,
+    RECORDED,
     UNAVAILABLE,
     NativeCall,
     NativeOptions,
@@ -166,6 +167,10 @@ class ServerTools(AgenticHook):
         unknown = sorted(set(self.native.values()) - set(self.by_name))
         if unknown:
             raise ConfigurationError(f"native maps to tools that are not served: {unknown}")
+        unrecorded = sorted(set(self.native) - RECORDED)
+        if unrecorded:  # a fetch shown as a search would be a false record, and lose the page on the next turn
+            supported = sorted(RECORDED)
+            raise ConfigurationError(f"native tools without a record format: {unrecorded} (supported: {supported})")
 
     def declared_tool_names(self) -> list[str]:
         """The names this hook declares now; the middleware refuses two hooks that declare the same one."""
@@ -199,6 +204,7 @@ class ServerTools(AgenticHook):
         client_tools = request.get("tools")
         kept = []
         declared: dict[str, NativeOptions] = {}
+        renamed: dict[str, str] = {}  # a native tool's declared name and type -> the served tool's name
         for tool in [
             *(client_tools if isinstance(client_tools, list) else ()),
             *(native.declared(request) if native else ()),
@@ -206,12 +212,15 @@ class ServerTools(AgenticHook):
             target = self._native_target(tool)
             if target is not None:
                 declared.setdefault(target, NativeOptions.read(tool))
+                renamed.update({key: target for key in (tool.get("name"), tool.get("type")) if isinstance(key, str)})
             elif surface.declared_name(tool) not in self.by_name:
                 kept.append(tool)
         if declared:
             NativeRequest(declared).keep(logging_obj)
         if native is not None:
             request = native.request(request, self.native)
+            if renamed:
+                request = native.served(request, renamed)
         ours = [surface.tool_definition(t.name, t.description, t.input_schema) for t in self.by_name.values()]
         return {**request, "tools": [*kept, *ours]}
 

@@ -22,7 +22,7 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_output_text import AnnotationURLCitation
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
 from agentic_middleware.native import NativeOptions, Source, format_sources, search_result
 from agentic_middleware.surfaces import ToolResult
 from agentic_middleware.testing import (
@@ -485,3 +485,50 @@ async def test_calls_the_app_sent_without_ids_get_records_that_pair_up() -> None
     results = [block for block in reply.content if isinstance(block, WebSearchToolResultBlock)]
     assert len({use.id for use in uses}) == 2 and all(len(use.id) > len("srvtoolu_") for use in uses)
     assert [result.tool_use_id for result in results] == [use.id for use in uses]
+
+
+@pytest.mark.parametrize("hosted", ["web_search", "web_search_preview"])
+async def test_a_responses_client_that_forces_the_hosted_tool_forces_the_served_function(hosted: str) -> None:
+    search = Search([CANBERRA])
+    model = responses_model()
+    answer = await openai_client(AgenticLoopMiddleware(model, hooks=[search.hook()])).responses.create(
+        model="m",
+        input=QUESTION,
+        tools=[{"type": hosted}],  # type: ignore[list-item]
+        tool_choice={"type": hosted},  # type: ignore[arg-type]
+        include=["web_search_call.action.sources", "web_search_call.results", "reasoning.encrypted_content"],
+    )
+    assert isinstance(answer.output[0], ResponseFunctionWebSearch)
+    first = model.requests[0].body
+    assert first["tool_choice"] == {"type": "function", "name": "web_search"}
+    assert [tool["name"] for tool in first["tools"]] == ["web_search"]
+    assert first["include"] == ["reasoning.encrypted_content"]  # the app makes no web_search_call items
+
+
+async def test_a_messages_client_that_forces_the_native_tool_forces_the_served_tool_under_its_own_name() -> None:
+    @server_tool(name="search_tool", description="Search the web.")
+    async def search_tool(query: str) -> ToolResult:
+        return search_result(query, [CANBERRA])
+
+    model = ScriptedModel(message("", tool_use("search_tool", {"query": "capital"})), message(ANSWER))
+    hook = ServerTools([search_tool], native={"web_search": "search_tool"})
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[hook])).messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": QUESTION}],
+        tools=[native_tool()],  # type: ignore[list-item]
+        tool_choice={"type": "tool", "name": "web_search", "disable_parallel_tool_use": True},
+    )
+    assert any(isinstance(block, ServerToolUseBlock) and block.name == "web_search" for block in reply.content)
+    first = model.requests[0].body
+    assert [tool["name"] for tool in first["tools"]] == ["search_tool"]
+    assert first["tool_choice"] == {"type": "tool", "name": "search_tool", "disable_parallel_tool_use": True}
+
+
+def test_a_native_tool_without_a_record_format_is_refused_when_built() -> None:
+    @server_tool(name="fetch", description="Fetch a URL.")
+    async def fetch(url: str) -> str:
+        return f"<html>page at {url}</html>"
+
+    with pytest.raises(ConfigurationError, match=r"without a record format: \['web_fetch'\]"):
+        ServerTools([fetch], native={"web_fetch": "fetch"})

@@ -37,6 +37,7 @@ __all__ = [
 STATE_KEY = "agentic_native_tools"  # where a request's native tools live in its `logging_obj.model_call_details`
 MAX_USES_EXCEEDED = "max_uses_exceeded"
 UNAVAILABLE = "unavailable"
+RECORDED = frozenset({"web_search"})  # the native tools (`native=` keys) whose records we write
 CITED_CHARS = 150  # Anthropic's `cited_text` holds at most this much of the source
 _URL_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_~/%?#=&+@")
 _PREFIX = "amw1."  # our `encrypted_content`: this prefix, then the source's text as URL-safe base64
@@ -293,6 +294,11 @@ class NativeFormat(ABC):
     def declared(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """Native tools the request declares outside `tools` (chat's `web_search_options`), as tool declarations."""
         return []
+
+    def served(self, body: dict[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
+        """The request's fields that name a native tool (`renamed`: its declared name or type -> the served tool's
+        name) made to name the served tool instead, as the tool itself is: a forced `tool_choice`, and the like."""
+        return body
 
     @abstractmethod
     def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:

@@ -105,6 +105,12 @@ class MessagesNative(NativeFormat):
         later = [_cited(block, runs) for block in (content if isinstance(content, list) else ())]
         return JSONObject(final, content=[*shown, *later], usage=usage)
 
+    def served(self, body: dict[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") == "tool" and choice.get("name") in renamed:
+            return {**body, "tool_choice": {**choice, "name": renamed[choice["name"]]}}
+        return body
+
     def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not any(_recorded(turn) for turn in messages):

@@ -90,6 +90,22 @@ class ResponsesNative(NativeFormat):
             parts.append(part)
         return {**item, "content": parts}
 
+    def served(self, body: dict[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
+        """A `tool_choice` forcing the hosted tool forces our function; `include` loses the `web_search_call.*`
+        entries, which name items the app never makes (the records' fields are always given to the client)."""
+        body = dict(body)
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") in renamed:
+            body["tool_choice"] = {"type": "function", "name": renamed[choice["type"]]}
+        include = body.get("include")
+        if isinstance(include, list):
+            kept = [entry for entry in include if not (isinstance(entry, str) and entry.startswith(f"{RECORD_TYPE}."))]
+            if kept:
+                body["include"] = kept
+            else:
+                del body["include"]
+        return body
+
     def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
         items = body.get("input")
         name = names.get("web_search")
