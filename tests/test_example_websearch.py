@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.native import NativeOptions
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, message, tool_call, tool_use
 from examples.websearch import BM25, CorpusSearch, HttpSearch, SearchResult, format_results, web_search_tool
 from examples.websearch.hook import backend_from_env, websearch_hook
@@ -115,6 +116,26 @@ async def test_the_http_backends_speak_each_kind(kind: Any) -> None:
     else:
         assert request.method == "POST"
         assert await request.json() == {"query": "ozone layer", "max_results": 3}
+
+
+async def test_tavily_gets_the_domains_but_not_the_iso_country_code_it_does_not_take() -> None:
+    seen: list[Request] = []
+    options = NativeOptions.read(
+        {
+            "allowed_domains": ["a.test"],
+            "blocked_domains": ["b.test"],
+            "user_location": {"type": "approximate", "country": "US", "city": "Austin"},
+        }
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_search_api(seen))) as client:
+        await HttpSearch("http://search.test/", kind="tavily", client=client).search("ozone layer", 3, options)
+    (request,) = seen
+    assert await request.json() == {
+        "query": "ozone layer",
+        "max_results": 3,
+        "include_domains": ["a.test"],
+        "exclude_domains": ["b.test"],
+    }
 
 
 async def test_a_failing_search_api_becomes_an_error_result_the_model_reads() -> None:

@@ -56,8 +56,9 @@ class HttpSearch:
     """A search API over HTTP; both kinds answer `{"results": [{"title", "url", "content"}]}`.
 
     `kind="searxng"`: GET {base_url}/search?q=...&format=json (the instance must allow the json format).
-    `kind="tavily"`: POST {base_url}/search with {"query", "max_results"} (and `include_domains`, `exclude_domains`,
-    `country` from the native options); `api_key` goes in a Bearer header.
+    `kind="tavily"`: POST {base_url}/search with {"query", "max_results"} (and `include_domains`, `exclude_domains`
+    from the native options; not the user's country, whose ISO code Tavily's `country` does not take); `api_key`
+    goes in a Bearer header.
     A failing call raises, and the toolkit turns that into an error result the model can read.
     """
 
@@ -116,9 +117,8 @@ def _tavily_options(options: NativeOptions) -> dict[str, Any]:
         found["include_domains"] = list(options.allowed_domains)
     if options.blocked_domains:
         found["exclude_domains"] = list(options.blocked_domains)
-    country = (options.user_location or {}).get("country")
-    if isinstance(country, str):
-        found["country"] = country
+    # The user's country is not sent: clients give an ISO 3166-1 alpha-2 code ("US"), Tavily's `country` takes a
+    # lower-case country name ("united states", and only with topic "general"), and a wrong value fails the search.
     return found
 
 
