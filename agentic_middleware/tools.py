@@ -205,6 +205,7 @@ class ServerTools(AgenticHook):
         kept = []
         declared: dict[str, NativeOptions] = {}
         renamed: dict[str, str] = {}  # a native tool's declared name and type -> the served tool's name
+        cached: dict[str, Any] = {}  # the served tool's name -> the native declaration's `cache_control`
         for tool in [
             *(client_tools if isinstance(client_tools, list) else ()),
             *(native.declared(request) if native else ()),
@@ -213,6 +214,8 @@ class ServerTools(AgenticHook):
             if target is not None:
                 declared.setdefault(target, NativeOptions.read(tool))
                 renamed.update({key: target for key in (tool.get("name"), tool.get("type")) if isinstance(key, str)})
+                if "cache_control" in tool:
+                    cached[target] = tool["cache_control"]
             elif surface.declared_name(tool) not in self.by_name:
                 kept.append(tool)
         if declared:
@@ -222,6 +225,11 @@ class ServerTools(AgenticHook):
             if renamed:
                 request = native.served(request, renamed)
         ours = [surface.tool_definition(t.name, t.description, t.input_schema) for t in self.by_name.values()]
+        if cached:  # a prompt-caching breakpoint on the native declaration stays on the tool that serves it
+            ours = [
+                {**tool, "cache_control": cached[name]} if name in cached else tool
+                for tool, name in zip(ours, self.by_name, strict=True)
+            ]
         return {**request, "tools": [*kept, *ours]}
 
     def _owner(self, name: str) -> ServerTools | None:

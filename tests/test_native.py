@@ -532,3 +532,46 @@ def test_a_native_tool_without_a_record_format_is_refused_when_built() -> None:
 
     with pytest.raises(ConfigurationError, match=r"without a record format: \['web_fetch'\]"):
         ServerTools([fetch], native={"web_fetch": "fetch"})
+
+
+@pytest.mark.parametrize(
+    ("answer", "cited"),
+    [
+        (f"See {CANBERRA.url}.html and {CANBERRA.url}:8080/x for more.", 0),  # longer URLs, not the result's
+        (f"See {CANBERRA.url}. Or {CANBERRA.url}, again.", 1),  # the sentence's punctuation ends the URL
+    ],
+)
+async def test_a_url_that_goes_on_past_a_dot_or_colon_is_not_a_citation(answer: str, cited: int) -> None:
+    model = searching_model("capital", answer=answer)
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[Search([CANBERRA]).hook()])).messages.create(
+        model="m", max_tokens=100, messages=[{"role": "user", "content": QUESTION}], tools=[native_tool()]
+    )
+    final = reply.content[-1]
+    assert isinstance(final, TextBlock) and final.text == answer
+    assert len(final.citations or []) == cited
+
+
+async def test_a_url_that_several_searches_found_is_cited_once_on_messages() -> None:
+    model = searching_model("capital", "capital city", "canberra", answer=ANSWER)
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[Search([CANBERRA]).hook()])).messages.create(
+        model="m", max_tokens=100, messages=[{"role": "user", "content": QUESTION}], tools=[native_tool()]
+    )
+    assert sum(isinstance(block, WebSearchToolResultBlock) for block in reply.content) == 3
+    final = reply.content[-1]
+    assert isinstance(final, TextBlock)
+    (citation,) = final.citations or []
+    assert isinstance(citation, CitationsWebSearchResultLocation) and citation.url == CANBERRA.url
+
+
+async def test_the_native_declaration_s_cache_control_stays_on_the_served_tool() -> None:
+    model = ScriptedModel(message("Done."))
+    own = {"name": "lookup", "description": "Look up.", "input_schema": {"type": "object"}}
+    await anthropic_client(AgenticLoopMiddleware(model, hooks=[Search([CANBERRA]).hook()])).messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": QUESTION}],
+        tools=[own, native_tool(cache_control={"type": "ephemeral"})],  # type: ignore[list-item]
+    )
+    own_tool, served = model.requests[0].body["tools"]
+    assert own_tool == own
+    assert served["name"] == "web_search" and served["cache_control"] == {"type": "ephemeral"}

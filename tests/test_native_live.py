@@ -96,7 +96,7 @@ async def test_the_stream_gives_the_json_answer_s_records_and_citations(queries:
     last = final.content[-1]
     assert isinstance(last, TextBlock) and last.text == ANSWER
     assert last.citations and all(isinstance(c, CitationsWebSearchResultLocation) for c in last.citations)
-    assert [c.url for c in last.citations] == [CANBERRA.url] * len(queries)  # each search found it
+    assert [c.url for c in last.citations] == [CANBERRA.url]  # one per URL, however many searches found it
     assert final.usage.server_tool_use is not None
     assert final.usage.server_tool_use.web_search_requests == len(queries)
     assert final.usage.server_tool_use == answer.usage.server_tool_use

@@ -40,6 +40,7 @@ UNAVAILABLE = "unavailable"
 RECORDED = frozenset({"web_search"})  # the native tools (`native=` keys) whose records we write
 CITED_CHARS = 150  # Anthropic's `cited_text` holds at most this much of the source
 _URL_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_~/%?#=&+@")
+_TRAILING = frozenset(".:,;!")  # end a URL unless a URL's characters follow (`a.html`, `a:8080`)
 _PREFIX = "amw1."  # our `encrypted_content`: this prefix, then the source's text as URL-safe base64
 
 
@@ -283,9 +284,17 @@ def citations(text: str, sources: Sequence[Source]) -> Iterator[tuple[int, Sourc
         start = text.find(source.url)
         while start != -1:
             end = start + len(source.url)
-            if end == len(text) or text[end] not in _URL_CHARACTERS:  # not the start of a longer URL
+            if _url_ends(text, end):  # not the start of a longer URL
                 yield number, source, start
             start = text.find(source.url, end)
+
+
+def _url_ends(text: str, end: int) -> bool:
+    """Whether a URL written in `text` ends at `end`: at the text's end, or a character no URL goes on with, or
+    punctuation (`.`, `:`, `,`...) that ends the sentence rather than goes on as `.html` or `:8080`."""
+    while end < len(text) and text[end] in _TRAILING:
+        end += 1
+    return end == len(text) or text[end] not in _URL_CHARACTERS
 
 
 class NativeFormat(ABC):

@@ -63,12 +63,13 @@ def _is_run(block: Any, run: NativeRun) -> bool:
 
 def cited(text: str, runs: Sequence[tuple[NativeRun, str]]) -> list[dict[str, Any]]:
     """The `web_search_result_location` citations of a text that names the URLs of these runs' results (each run with
-    its record's id), in the runs' order, then the results' order."""
-    found: dict[tuple[int, int], dict[str, Any]] = {}
-    for position, (run, block_id) in enumerate(runs):
+    its record's id), in the runs' order, then the results' order: one per URL, of the first result that has it (as
+    Responses gives one `url_citation` per mention, not one per search that found the URL)."""
+    found: dict[str, dict[str, Any]] = {}
+    for run, block_id in runs:
         for number, source, _ in citations(text, run.result.sources):
             found.setdefault(
-                (position, number),
+                source.url,
                 {
                     "type": CITATION_TYPE,
                     "url": source.url,
@@ -123,7 +124,15 @@ def _cited(block: Any, runs: Sequence[tuple[NativeRun, str]]) -> Any:
     if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
         return block
     found = cited(block["text"], runs)
-    return {**block, "citations": [*found, *(block.get("citations") or [])]} if found else block
+    if not found:
+        return block
+    urls = {citation["url"] for citation in found}  # a later round's citation of the same URL gives way (one per URL)
+    kept = [
+        citation
+        for citation in block.get("citations") or []
+        if not (isinstance(citation, dict) and citation.get("type") == CITATION_TYPE and citation.get("url") in urls)
+    ]
+    return {**block, "citations": [*found, *kept]}
 
 
 def _recorded(turn: Any) -> bool:
