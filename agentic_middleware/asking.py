@@ -27,6 +27,7 @@ from .encode import BodyEncoder
 from .errors import ConfigurationError, HookError, LoopError
 from .hooks import PLAN_PARAMETERS, AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
 from .live import LiveStream
+from .native.live import LiveRecords
 from .observe import Observer, RoundRecord, usage_added
 from .payload import JSONObject, wrap
 from .precall import model_call_details, run_pre_call
@@ -119,7 +120,7 @@ class AskingHooks:
                 model_call_details=model_call_details(self.body, self.provider, self.dispatch.scope["state"]),
             )
             if isinstance(self.events, LiveStream):  # native records go out as each search completes
-                self.events.records.keep(self._logging_obj.model_call_details)
+                LiveRecords(self.events).keep(self._logging_obj.model_call_details)
         return self._logging_obj
 
     async def prepared(self, raw: bytes) -> bytes:

@@ -40,6 +40,7 @@ class ClientWatch:
     def stop(self) -> None:
         if self.watcher is not None:
             self.watcher.cancel()
+            self.watcher = None  # a cancelled task keeps its traceback, whose frame holds this watch: a cycle
 
     async def watch(self, task: asyncio.Task[Any] | None) -> None:
         while (await self.receive())["type"] != "http.disconnect":

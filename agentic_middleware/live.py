@@ -24,7 +24,6 @@ from .asgi import Headers, ResponseCapture, json_start, media_type
 from .disconnect import ClientWriter
 from .dispatch import Reply
 from .native import NativeCall, NativeRun
-from .native.live import LiveRecords
 from .sse_reader import SSEReader
 from .stream import SSE_HEADERS, error_of
 from .surfaces import AppStreamError, StreamMismatch, StreamRelay, Surface
@@ -63,19 +62,17 @@ class LiveStream:
         relay: StreamRelay,
         stream_options: Any,
         interval: float,
-        overridden: Callable[[], bool],
     ) -> None:
         self.write = write
         self.surface = surface
         self.relay = relay
         self.stream_options = stream_options  # the client's
         self.interval = interval
-        self.overridden = overridden  # whether the final answer is a plan's `response_override`
+        self.overridden = False  # the final answer is a plan's `response_override`: set by the loop before `close`
         self.opened = False
         self.done = False  # the stream's end was written, or the client left
         self.last_write = 0.0
         self.pinger: asyncio.Task[None] | None = None
-        self.records = LiveRecords(self)  # native records, sent as each search completes
 
     async def open(self) -> None:
         """Nothing is sent yet: the response starts with the first round's answer."""
@@ -196,7 +193,7 @@ class LiveStream:
             body = None
         if 200 <= status < 300 and isinstance(body, dict):
             try:
-                return self.relay.finish(body, fresh=self.overridden())
+                return self.relay.finish(body, fresh=self.overridden)
             except StreamMismatch as error:
                 logger.error(
                     "a hook changed an answer whose text was already streamed (%s); a hook that rewrites answers "

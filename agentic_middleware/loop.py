@@ -131,9 +131,7 @@ class AgenticLoop(AskingHooks):
         self.streaming = streaming
         self.events = None
         if relay is not None:  # live: each round streams to the client as the app makes it
-            self.events = LiveStream(
-                self.write, surface, relay, stream_options, settings.stream_keepalive, self.ends_overridden
-            )
+            self.events = LiveStream(self.write, surface, relay, stream_options, settings.stream_keepalive)
             self.dispatch.capture = self.events.capture
         elif streaming:  # buffered: the app is called without streaming, the stream is written from the answer
             self.dispatch.forward = False
@@ -190,6 +188,8 @@ class AgenticLoop(AskingHooks):
         """Write the one reply, unless the client left; the writer stops if it leaves meanwhile."""
         if self.write.closed:
             return
+        if isinstance(self.events, LiveStream):  # a plan's response_override is sent after what already went out
+            self.events.overridden = self.stop_reason == "override"
         if self.events is not None:
             await self.events.close(reply)
         elif reply is not None:
@@ -366,10 +366,6 @@ class AgenticLoop(AskingHooks):
         self.usages.append(usage)
         self.round.usage = usage
         return answer
-
-    def ends_overridden(self) -> bool:
-        """Whether the final answer is a plan's `response_override` (a live stream sends it after what went out)."""
-        return self.stop_reason == "override"
 
     def error_reply(self, error: LoopError) -> Reply:
         self.stop_reason = error.ended_by

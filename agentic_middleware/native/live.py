@@ -1,7 +1,7 @@
 """Native records on a live stream: each search's record goes to the client as soon as the search completes.
 
 The tools run inside `ServerTools`' plan, between two rounds of the stream; the stream's relay writes the records.
-`LiveRecords` joins the two: the live stream makes one per request and the loop keeps it in the request's
+`LiveRecords` joins the two: the loop makes one per live request and keeps it in the request's
 `logging_obj`, where `ServerTools` finds it. It runs a round's calls concurrently and hands the native calls to
 the stream in the calls' order: each call is announced once the calls before it are recorded (the client sees what
 is being searched), and recorded as soon as it is done, so a slow search holds back only the records after it.

@@ -1,0 +1,147 @@
+"""A looped request's objects are freed when it ends, by reference counting alone.
+
+An object of a request left in a reference cycle stays alive, with everything it reaches (the request's whole
+history, on a looped request), until a later garbage collection, which then runs inside some other request. So the
+test runs whole requests with the collector off, and asks it afterwards to find what only it could have freed: nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+from conftest import http_scope
+from starlette.types import Message, Receive, Scope, Send
+
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.native import Source, search_result
+from agentic_middleware.surfaces import ToolResult
+from agentic_middleware.testing import chat_completion, function_call, message, response, tool_call, tool_use
+
+PATHS = {"messages": "/v1/messages", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
+JSON, SSE = b"application/json", b"text/event-stream"
+SOURCES = [Source("https://docs.test/1", "Page 1", "Some text of the page.", "2 days")]
+
+
+@server_tool
+async def lookup(key: str) -> str:
+    """Looks a key up."""
+    return f"value of {key}"
+
+
+@server_tool(name="web_search", description="Search the web.")
+async def web_search(query: str) -> ToolResult:
+    return search_result(query, SOURCES)
+
+
+def answer(route: str, first: bool, tool: str) -> dict[str, Any]:
+    """The model's answer: a call of `tool` to the first request, text once it has the result."""
+    arguments = {"query": "q"} if tool == "web_search" else {"key": "k"}
+    if route == "messages":
+        return message("Let me look.", tool_use(tool, arguments)) if first else message("done")
+    if route == "chat":
+        return chat_completion("Let me look.", [tool_call(tool, arguments)]) if first else chat_completion("done")
+    return response(function_call(tool, arguments)) if first else response("done")
+
+
+def events(route: str, body: dict[str, Any]) -> list[bytes]:
+    if route == "messages":
+        return list(sse.messages_events(body))
+    if route == "chat":
+        return list(sse.chat_chunks(body, include_usage=True))
+    return list(sse.responses_events(body))
+
+
+def model_app(route: str, tool: str) -> Any:
+    """A model app of plain ASGI calls (so that any cycle found is the middleware's): JSON, or a stream when asked."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raw, more = b"", True
+        while more:
+            message_ = await receive()
+            raw += message_.get("body", b"")
+            more = message_.get("more_body", False)
+        request = orjson.loads(raw)
+        history = request["input"] if route == "responses" else request["messages"]
+        body = answer(route, isinstance(history, str) or len(history) == 1, tool)
+        if not request.get("stream"):
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", JSON)]})
+            await send({"type": "http.response.body", "body": orjson.dumps(body)})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", SSE)]})
+        for event in events(route, body):
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+async def call(app: Any, route: str, stream: bool, native: bool) -> bytes:
+    """One request through the ASGI interface; the client stays connected until its answer is complete."""
+    body: dict[str, Any] = {"model": "m", "stream": stream}
+    if route == "responses":
+        body["input"] = "go"
+    else:
+        body["messages"] = [{"role": "user", "content": "go"}]
+    if route == "messages":
+        body["max_tokens"] = 64
+    if native:
+        body["tools"] = [{"type": "web_search_20250305", "name": "web_search"}]
+    raw = orjson.dumps(body)
+    incoming: list[Message] = [{"type": "http.request", "body": raw, "more_body": False}]
+    sent: list[bytes] = []
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(message_: Message) -> None:
+        sent.append(message_.get("body", b""))
+
+    await app(http_scope(PATHS[route], raw), receive, send)
+    return b"".join(sent)
+
+
+CASES = [
+    pytest.param("messages", "live", False, id="messages-live"),
+    pytest.param("chat", "live", False, id="chat-live"),
+    pytest.param("responses", "live", False, id="responses-live"),
+    pytest.param("messages", "live", True, id="messages-live-native-records"),
+    pytest.param("messages", "buffered", False, id="messages-buffered-stream"),
+    pytest.param("chat", None, False, id="chat-json"),
+]
+
+
+@pytest.mark.parametrize(("route", "mode", "native"), CASES)
+async def test_a_looped_request_leaves_nothing_for_the_garbage_collector(
+    route: str, mode: str | None, native: bool
+) -> None:
+    tool = "web_search" if native else "lookup"
+    hook = ServerTools([lookup, web_search], native={"web_search": "web_search"})
+    streaming = "buffered" if mode == "buffered" else None  # else the default: live
+    app = AgenticLoopMiddleware(model_app(route, tool), hooks=[hook], streaming=streaming)
+    stream = mode is not None
+    await call(app, route, stream, native)  # first use: what is made once (caches, imports) is made here
+    await asyncio.sleep(0)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage, to name it
+    try:
+        for _ in range(3):
+            body = await call(app, route, stream, native)
+            assert b"done" in body
+            await asyncio.sleep(0)  # as a server does between requests: the event loop runs its callbacks
+        found = gc.collect()
+        kinds = Counter(type(thing) for thing in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    ours = [f"{kind.__qualname__} x{n}" for kind, n in kinds.items() if kind.__module__.startswith("agentic")]
+    assert found == 0, f"{found} objects of 3 requests waited in reference cycles, among them: {', '.join(ours)}"
