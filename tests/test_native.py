@@ -575,3 +575,30 @@ async def test_the_native_declaration_s_cache_control_stays_on_the_served_tool()
     own_tool, served = model.requests[0].body["tools"]
     assert own_tool == own
     assert served["name"] == "web_search" and served["cache_control"] == {"type": "ephemeral"}
+
+
+async def test_a_failed_search_s_sources_are_not_cited() -> None:
+    @server_tool(name="web_search", description="Search the web.")
+    async def web_search(query: str) -> ToolResult:
+        return ToolResult("partial failure", is_error=True, sources=(CANBERRA,))
+
+    hook = ServerTools([web_search], native={"web_search": "web_search"})
+    model = searching_model("capital", answer=ANSWER)
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[hook])).messages.create(
+        model="m", max_tokens=100, messages=[{"role": "user", "content": QUESTION}], tools=[native_tool()]
+    )
+    (record,) = [block for block in reply.content if isinstance(block, WebSearchToolResultBlock)]
+    assert not isinstance(record.content, list)  # an error record, with no results to point into
+    final = reply.content[-1]
+    assert isinstance(final, TextBlock) and final.text == ANSWER and not final.citations
+
+    answer = await openai_client(AgenticLoopMiddleware(responses_model(), hooks=[hook])).responses.create(
+        model="m",
+        input=QUESTION,
+        tools=[WEB_SEARCH],  # type: ignore[list-item]
+    )
+    call, message_ = answer.output
+    assert isinstance(call, ResponseFunctionWebSearch) and call.status == "failed"
+    assert isinstance(message_, ResponseOutputMessage)
+    text = message_.content[0]
+    assert isinstance(text, ResponseOutputText) and text.annotations == []

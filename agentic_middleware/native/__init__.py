@@ -192,6 +192,10 @@ class NativeRun(NamedTuple):
     result: ToolResult
     error_code: str | None = None  # Anthropic's web search error codes: `max_uses_exceeded`, `unavailable`
 
+    def cited_sources(self) -> tuple[Source, ...]:
+        """The sources a citation may point at: none for a failed call, whose record holds no results."""
+        return () if self.error_code is not None else self.result.sources
+
 
 class NativeRound(NamedTuple):
     """The record of one round with native calls: the app's answer, and the native calls that ran; `streamed` when
@@ -206,7 +210,7 @@ class NativeRound(NamedTuple):
         return sum(run.error_code is None for run in self.runs)
 
     def sources(self) -> list[Source]:
-        return [source for run in self.runs for source in run.result.sources]
+        return [source for run in self.runs for source in run.cited_sources()]
 
 
 class NativeRequest:

@@ -67,7 +67,7 @@ def cited(text: str, runs: Sequence[tuple[NativeRun, str]]) -> list[dict[str, An
     Responses gives one `url_citation` per mention, not one per search that found the URL)."""
     found: dict[str, dict[str, Any]] = {}
     for run, block_id in runs:
-        for number, source, _ in citations(text, run.result.sources):
+        for number, source, _ in citations(text, run.cited_sources()):
             found.setdefault(
                 source.url,
                 {

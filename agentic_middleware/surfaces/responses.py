@@ -483,7 +483,7 @@ def _is_same(item: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
 
 
 def _sources(runs: list[NativeRun]) -> list[Any]:
-    return [source for run in runs for source in run.result.sources]
+    return [source for run in runs for source in run.cited_sources()]
 
 
 def _annotated(part: Any, ours: list[dict[str, Any]]) -> Any:
