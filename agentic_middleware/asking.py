@@ -107,7 +107,10 @@ class AskingHooks:
         return BodyEncoder(self.surface.messages_field)
 
     def watch_client(self) -> None:
-        raise NotImplementedError  # `AgenticLoop`'s: ask_hooks starts watching the client once a hook acts
+        """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""
+        if self.client.watcher is None:
+            self.client.start()
+            self.dispatch.receive = self.client.after_body
 
     @property
     def logging_obj(self) -> AgenticLoopLogging:

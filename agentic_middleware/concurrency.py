@@ -7,6 +7,8 @@ its thread pool for the same reason; we use the same pool (`run_in_threadpool`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
@@ -39,3 +41,11 @@ def awaitable(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         return result
 
     return in_thread
+
+
+async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
+    """Cancel a helper task (a keep-alive pinger, a listener) and wait until it has ended, so nothing of it runs on."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -12,7 +12,6 @@ run between rounds, and while the app is silent mid-round.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +20,7 @@ import orjson
 from starlette.types import Message, Send
 
 from .asgi import Headers, ResponseCapture, json_start, media_type
+from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
 from .native import NativeCall, NativeRun
@@ -138,10 +138,7 @@ class LiveStream:
                 await self.send(keepalive)
 
     async def stop_keep_alive(self) -> None:
-        if self.pinger is not None:
-            self.pinger.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.pinger
+        await cancel_and_wait(self.pinger)
 
     async def close(self, reply: Reply | None) -> None:
         """End the client's response with the loop's reply."""

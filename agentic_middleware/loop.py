@@ -238,12 +238,6 @@ class AgenticLoop(AskingHooks):
             await self.chains.record(self.body, self.app_answer, answer.data, self.events, self.stop_reason, self.limit)
         return self.accounted(answer)
 
-    def watch_client(self) -> None:
-        """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""
-        if self.client.watcher is None:
-            self.client.start()
-            self.dispatch.receive = self.client.after_body
-
     def accounted(self, answer: Answer) -> Reply:
         """The final reply: the usage of every model call summed, and headers that say how the loop went."""
         if self.depth == 0 and self.stop_reason == "finished":

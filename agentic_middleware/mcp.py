@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 
+from .concurrency import cancel_and_wait
 from .errors import ConfigurationError
 from .schema import portable
 from .surfaces import Image, ToolResult
@@ -164,9 +165,7 @@ class MCPTools(ServerTools):
                 async with asyncio.timeout(self.connect_timeout):
                     await asyncio.shield(runner)
             except TimeoutError:
-                runner.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await runner
+                await cancel_and_wait(runner)
         self.replace_tools(())
 
     async def _keep_open(self, first: asyncio.Future[None]) -> None:
@@ -247,9 +246,7 @@ class MCPTools(ServerTools):
                 try:
                     await self._dropped.wait()
                 finally:
-                    listening.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await listening
+                    await cancel_and_wait(listening)
         except (ListenNotSupportedError, MCPError) as error:
             # An older server sends changes as notifications (`_on_message`); one that serves no change stream
             # keeps the list it gave at the start.
@@ -367,9 +364,7 @@ class MCPTools(ServerTools):
         finally:
             dropped.cancel()
             if not calling.done():
-                calling.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await calling
+                await cancel_and_wait(calling)
         return None if calling.cancelled() else calling.result()
 
     # Forwarded headers -------------------------------------------------------------------------------------------

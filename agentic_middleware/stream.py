@@ -8,7 +8,6 @@ as the events of its route's own format, or an error event if the loop failed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import orjson
 
 from .asgi import media_type
+from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
 from .surfaces import Surface
@@ -56,10 +56,7 @@ class EventStream:
             await self.write({"type": "http.response.body", "body": keepalive, "more_body": True})
 
     async def stop_keep_alive(self) -> None:
-        if self.pinger is not None:
-            self.pinger.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.pinger
+        await cancel_and_wait(self.pinger)
 
     async def close(self, reply: Reply | None) -> None:
         """Write the reply as events, then end the stream."""
