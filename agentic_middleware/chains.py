@@ -27,7 +27,8 @@ from starlette.types import Message, Send
 from .asgi import media_type, with_length
 from .errors import ConfigurationError
 from .surfaces import field
-from .surfaces.responses import CALL_TYPES, ResponsesRelay
+from .surfaces.responses import CALL_TYPES
+from .surfaces.responses_relay import ResponsesRelay
 
 logger = logging.getLogger("agentic_middleware")
 

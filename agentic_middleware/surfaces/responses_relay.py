@@ -1,0 +1,308 @@
+"""A Responses stream relayed live across rounds (see live.py): one response lifecycle for the client however many
+times the app was called, with the server's tool calls held back and never sent.
+
+Its own module because it is a state machine over the API's stream events, apart from the request and answer
+shapes in responses.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from .. import sse
+from ..native import NativeCall, NativeRun
+from ..native.responses import searching, url_citations, web_search_call
+from ..reasoning import is_reasoning
+from ..sse_reader import ServerSentEvent
+from . import AppStreamError, StreamMismatch, StreamRelay
+from .chat import openai_error_type
+from .responses import CALL_TYPES, is_call
+
+_LIFECYCLE_START = frozenset({"response.created", "response.in_progress", "response.queued"})
+_LIFECYCLE_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_NOTHING: tuple[bytes, ...] = ()
+
+
+class ResponsesRelay(StreamRelay):
+    """A Responses stream across rounds: one lifecycle (the first round's `response.created` and
+    `response.in_progress`, one terminal event at the very end), every event renumbered so that
+    `sequence_number` rises across rounds, and each round's items placed after the items already sent.
+
+    Within a round, everything from the first tool call item on is held, and so is a reasoning item until
+    the item after it shows it does not lead to a call: a claimed call goes with the reasoning before it.
+    The round's answer is the terminal event's response (its items from `output_item.done` if it has none).
+    Native records (`web_search_call` items) go out between rounds, and the `output_text` after them gets
+    `url_citation` annotations of their results before its `output_text.done`.
+    """
+
+    def __init__(self) -> None:
+        self.emit = sse.ResponsesSequence()
+        self.started = False  # the client has a `response.created`
+        self.response_id: Any = None  # the id the client's lifecycle carries
+        self.earlier: list[Any] = []  # the items earlier rounds sent, whole
+        self.base = 0  # the client's output_index of this round's first item
+        self.opened: set[str] = set()  # the lifecycle events the client has
+        self.released: set[int] = set()
+        self.items: dict[int, Any] = {}
+        self.shown: dict[int, Any] = {}
+        self.recorded: list[dict[str, Any]] = []
+        self.rounds: dict[int, list[NativeRun]] = {}  # the native calls recorded so far, by round
+        self.announced: dict[int, int] = {}  # where in `recorded` the calls announced and not recorded yet are, by call
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        self.earlier += [*self.sent_items(), *self.recorded]
+        self.base += len(self.released) + len(self.recorded)
+        self.released = set()  # this round's items that went out (always the first ones)
+        self.items = {}  # by the app's output_index: as added, then as done
+        self.shown = {}  # items as the client got them, where they differ (annotated)
+        self.annotated: dict[tuple[Any, Any], list[dict[str, Any]]] = {}  # our annotations, by item and part
+        self.recorded = []  # native record items that went out after this round's items
+        self.reasoned: set[int] = set()  # this round's reasoning items that went out with them
+        self.waiting: list[dict[str, Any]] = []  # a reasoning item's events, until the next item says where they go
+        self.waiting_items: set[int] = set()
+        self.holding = False
+        self.held: list[dict[str, Any]] = []
+        self.terminal: dict[str, Any] | None = None
+
+    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        if event.data == b"[DONE]":  # not the Responses API's, but some servers end their streams with it
+            return _NOTHING
+        payload = orjson.loads(event.data)
+        kind = payload.get("type") or event.event
+        payload["type"] = kind
+        index = payload.get("output_index")
+        if kind == "response.output_item.added":
+            item = self.items[index] = payload["item"]
+            if self.holding:
+                self.held.append(payload)
+                return _NOTHING
+            if item.get("type") in CALL_TYPES:
+                self.holding = True
+                self.held, self.waiting, self.waiting_items = [*self.waiting, payload], [], set()
+                return _NOTHING
+            if item.get("type") == "reasoning":
+                self.waiting.append(payload)
+                self.waiting_items.add(index)
+                return _NOTHING
+            out, self.waiting, self.waiting_items = self.release([*self.waiting, payload]), [], set()
+            return out
+        if kind == "response.output_item.done":
+            self.items[index] = payload["item"]
+        elif kind in _LIFECYCLE_START:
+            if kind in self.opened or kind == "response.queued" or self.base or self.released:
+                return _NOTHING  # the client's lifecycle began once, in the first round
+            self.opened.add(kind)
+            if kind == "response.created":
+                self.started = True
+                self.response_id = (payload.get("response") or {}).get("id")
+            return (self.emit.renumbered(payload),)
+        elif kind in _LIFECYCLE_END:
+            self.terminal = payload.get("response") or {}
+            return _NOTHING
+        elif kind == "error":
+            error = {"message": payload.get("message"), "type": "server_error"}
+            raise AppStreamError(
+                orjson.dumps({"error": {**error, "param": payload.get("param"), "code": payload.get("code")}})
+            )
+        payloads = self.cite(kind, payload) if self.rounds else [payload]
+        if self.holding:
+            self.held += payloads
+            return _NOTHING
+        if index in self.waiting_items:
+            self.waiting += payloads
+            return _NOTHING
+        return self.release(payloads)
+
+    def cite(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """An event with the annotations of the recorded results that its text names: announced before the text's
+        `output_text.done`, then in its part and its item, as the final answer of the JSON path has them (the
+        round's own answer, which hooks judge, has none)."""
+        index = payload.get("output_index")
+        if not isinstance(index, int):
+            return [payload]
+        at = (index, payload.get("content_index"))
+        if kind == "response.output_text.done" and isinstance(payload.get("text"), str):
+            found = [
+                a for _, runs in sorted(self.rounds.items()) for a in url_citations(payload["text"], _sources(runs))
+            ]
+            if not found:
+                return [payload]
+            self.annotated[at] = found
+            where = {key: payload.get(key) for key in ("item_id", "output_index", "content_index")}
+            added = [
+                {"type": "response.output_text.annotation.added", **where, "annotation_index": n, "annotation": a}
+                for n, a in enumerate(found)
+            ]
+            return [*added, payload]
+        if kind == "response.content_part.done" and at in self.annotated:
+            return [{**payload, "part": _annotated(payload.get("part"), self.annotated[at])}]
+        if kind == "response.output_item.done" and any(key[0] == index for key in self.annotated):
+            item = payload["item"]
+            parts = item.get("content") if isinstance(item, dict) else None
+            if isinstance(parts, list):
+                parts = [_annotated(part, self.annotated.get((index, n), [])) for n, part in enumerate(parts)]
+                item = self.shown[index] = {**item, "content": parts}
+                return [{**payload, "item": item}]
+        return [payload]
+
+    def announce(self, search: NativeCall, round: int) -> Sequence[bytes] | None:
+        """The reasoning item that led to the call (held with it, and shown with its record as in the JSON answer),
+        then the call's `web_search_call` item added, `in_progress` and `searching`."""
+        if not self.started:
+            return None
+        events: list[bytes] = []
+        for reasoning in self.reasoning_before(search.call):
+            events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), reasoning)
+            self.recorded.append(reasoning)
+        item = searching(search)
+        position = self.base + len(self.released) + len(self.recorded)
+        self.announced[id(search.call)] = len(self.recorded)
+        self.recorded.append(item)
+        at = {"item_id": item["id"], "output_index": position}
+        events.append(self.emit("response.output_item.added", output_index=position, item=item))
+        events.append(self.emit("response.web_search_call.in_progress", **at))
+        events.append(self.emit("response.web_search_call.searching", **at))
+        return events
+
+    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+        """The call's search `completed` and its item done (all of its events if it was not announced)."""
+        if not self.started:
+            return None
+        self.rounds.setdefault(round, []).append(run)
+        item = web_search_call(run)
+        slot = self.announced.pop(id(run.call), None)
+        if slot is None:
+            events: list[bytes] = []
+            for whole in [*self.reasoning_before(run.call), item]:
+                events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), whole)
+                self.recorded.append(whole)
+            return events
+        self.recorded[slot] = item
+        position = self.base + len(self.released) + slot
+        return [
+            self.emit("response.web_search_call.completed", item_id=item["id"], output_index=position),
+            self.emit("response.output_item.done", output_index=position, item=item),
+        ]
+
+    def reasoning_before(self, call: Mapping[str, Any]) -> list[Any]:
+        """The reasoning item that led to the app's `call` in this round (see reasoning.py), if it did not go out."""
+        at = next((i for i, item in self.items.items() if is_call(item) and _is_same(item, call)), None)
+        if at is None:
+            return []
+        at -= 1
+        while isinstance(self.items.get(at), dict) and self.items[at].get("type") not in ("reasoning", "message"):
+            at -= 1  # the calls between
+        if not is_reasoning(self.items.get(at)) or at in self.released or at in self.reasoned:
+            return []
+        self.reasoned.add(at)
+        return [self.items[at]]
+
+    def sent_items(self) -> list[Any]:
+        """This round's items that went out, as the client has them."""
+        return [self.shown.get(index, self.items[index]) for index in sorted(self.released)]
+
+    def release(self, payloads: list[dict[str, Any]]) -> list[bytes]:
+        """Events going out now: placed after the items already sent, numbered in this stream."""
+        out = []
+        for payload in payloads:
+            index = payload.get("output_index")
+            if isinstance(index, int):
+                self.released.add(index)
+                payload = {**payload, "output_index": index + self.base}
+            out.append(self.emit.renumbered(payload))
+        return out
+
+    def body(self) -> dict[str, Any] | None:
+        if self.terminal is None:
+            return None
+        output = self.terminal.get("output") or [self.items[index] for index in sorted(self.items)]
+        return {**self.terminal, "output": output}
+
+    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+        events: list[bytes] = []
+        if not self.started:
+            events += sse.responses_start(self.emit, final)
+            self.started = True
+            self.response_id = final.get("id")
+        output = final.get("output")
+        output = output if isinstance(output, list) else []
+        sent = [self.items[index] for index in sorted(self.released)]
+        answer = None if fresh else self.body()
+        if answer is not None and output == answer["output"]:
+            events += self.release([*self.waiting, *self.held])
+            whole = [self.shown.get(position, item) for position, item in enumerate(output)]
+        else:
+            kept = [] if fresh else sent
+            more: list[Any] = []
+            if output[: len(kept)] != kept:
+                extra = _message_rest(kept[-1], output[len(kept) - 1]) if output[: len(kept) - 1] == kept[:-1] else None
+                if extra is None:
+                    raise StreamMismatch("the answer's output differs from the items already streamed")
+                more = [extra]  # the last message's text, extended: the rest is a message item of its own
+            first = self.base + len(sent)
+            for position, item in enumerate([*more, *output[len(kept) :]]):
+                events += sse.responses_item(self.emit, first + position, item)
+            whole = [*self.sent_items(), *more, *output[len(kept) :]]
+        events.append(
+            sse.responses_end(self.emit, {**final, "id": self.response_id, "output": [*self.earlier, *whole]})
+        )
+        return events
+
+    def error_event(self, status: int, message: str, code: str) -> bytes | None:
+        """After the lifecycle began, a failure is its terminal `response.failed` (a second `response.created`
+        would break the SDKs' accumulators), then the `error` event the openai SDK raises on."""
+        if not self.started:
+            return None
+        code = code or openai_error_type(status)
+        failed = {
+            "id": self.response_id,
+            "object": "response",
+            "status": "failed",
+            "output": [*self.earlier, *self.sent_items(), *self.recorded],
+            "error": {"code": code, "message": message},
+        }
+        return self.emit("response.failed", response=failed) + sse.responses_error(
+            self.emit, message, code, openai_error_type(status)
+        )
+
+
+def _is_same(item: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
+    """Whether an item of the stream is the app's `call` (read from the round's answer): by `call_id`, else `id`."""
+    if call.get("call_id"):
+        return bool(item.get("call_id") == call.get("call_id"))
+    return bool(call.get("id")) and item.get("id") == call.get("id")
+
+
+def _sources(runs: list[NativeRun]) -> list[Any]:
+    return [source for run in runs for source in run.cited_sources()]
+
+
+def _annotated(part: Any, ours: list[dict[str, Any]]) -> Any:
+    """An `output_text` part with our annotations in front of its own."""
+    if not ours or not isinstance(part, dict):
+        return part
+    return {**part, "annotations": [*ours, *(part.get("annotations") or [])]}
+
+
+def _message_rest(sent: Any, final: Any) -> dict[str, Any] | None:
+    """A message item holding what `final` adds to the message `sent`, when `final` is `sent` with more text at
+    the end of its last `output_text` part; else None."""
+    if not (isinstance(sent, dict) and isinstance(final, dict) and sent.get("type") == final.get("type") == "message"):
+        return None
+    parts, new_parts = sent.get("content"), final.get("content")
+    if not (isinstance(parts, list) and isinstance(new_parts, list) and parts and len(parts) == len(new_parts)):
+        return None
+    part, new_part = parts[-1], new_parts[-1]
+    if not (isinstance(part, dict) and isinstance(new_part, dict) and part.get("type") == "output_text"):
+        return None
+    old, new = part.get("text"), new_part.get("text")
+    if not (isinstance(old, str) and isinstance(new, str) and new.startswith(old)):
+        return None
+    if {**final, "content": [*new_parts[:-1], {**new_part, "text": old}]} != sent:
+        return None
+    rest = {"type": "output_text", "text": new[len(old) :], "annotations": []}
+    return {**sent, "id": f"{sent.get('id') or 'msg'}_more", "content": [rest]}
