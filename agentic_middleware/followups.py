@@ -34,7 +34,7 @@ async def beside(
     if request is None:
         return  # the client left before its request was complete
     raw, complete = request
-    if complete and raw:
+    if complete and raw and len(raw) <= max_body_bytes:  # over the limit: passed on as sent, as follow-ups are
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:

@@ -234,7 +234,9 @@ class AgenticLoop(AskingHooks):
             return None
         if self.executed:  # the post and cleanup hooks of the plans that ran
             answer = await self.unwind(answer)
-        if self.chains is not None:  # before the client has its answer, so that its follow-up finds the record
+        if self.chains is not None and (self.depth or self.stop_reason != "finished"):
+            # Before the client has its answer, so that its follow-up finds the record; an answer no hook acted on
+            # is the app's own, its id complete.
             await self.chains.record(self.body, self.app_answer, answer.data, self.events, self.stop_reason, self.limit)
         return self.accounted(answer)
 

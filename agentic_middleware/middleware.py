@@ -107,9 +107,7 @@ class AgenticLoopMiddleware:
         self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        surface = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if surface is None and self.templated is not None and scope["type"] == "http" and scope["method"] == "POST":
-            surface = self.templated.get(scope["path"])
+        surface = self.surface_of(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
         if surface is None:
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
@@ -210,8 +208,15 @@ class AgenticLoopMiddleware:
         base, _, last = scope["path"].rpartition("/")
         if not last or (scope["method"] == "POST" and last not in CONTEXT_ENDPOINTS):
             return None
-        surface = self.routes.get(base) or (self.templated.get(base) if self.templated is not None else None)
+        surface = self.surface_of(base)
         return last if surface is not None and surface.chains_by_id else None
+
+    def surface_of(self, path: str) -> Surface | None:
+        """The wire format a path is routed to: by its exact path, else by a route template."""
+        surface = self.routes.get(path)
+        if surface is None and self.templated is not None:
+            surface = self.templated.get(path)
+        return surface
 
     def _may_loop(self, scope: Scope) -> bool:
         """Whether this request's loop limit lets it rerun (`request.state.max_agentic_loops` when set)."""

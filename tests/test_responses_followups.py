@@ -7,6 +7,7 @@ import itertools
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from conftest import openai_client
 from starlette.applications import Starlette
@@ -105,3 +106,35 @@ async def test_deleting_a_recorded_id_deletes_the_turns_last_response_and_forget
     assert deleted == [store.answers[1]["id"], first.id]  # the turn's last response (the whole turn), then the id
     with pytest.raises(openai.NotFoundError):
         await client.responses.create(model="m", input="and?", previous_response_id=first.id)
+
+
+async def test_a_compact_request_over_max_body_bytes_is_passed_on_as_sent() -> None:
+    store = storing()
+    inner, _ = app_of(store)
+    middleware = AgenticLoopMiddleware(inner, hooks=[ServerTools([lookup])], max_body_bytes=20_000)
+    first = await live_turn(openai_client(middleware))
+
+    # In one piece, as a server may deliver it: only its size tells that it is over the limit.
+    body = orjson.dumps({"model": "m", "previous_response_id": first.id, "input": "x" * 30_000})
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/responses/compact",
+        "raw_path": b"/v1/responses/compact",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "state": {},
+    }
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    await middleware(scope, receive, send)
+
+    assert store.model.requests[-1].body["previous_response_id"] == first.id  # not the recorded chain
+    assert statuses == [400]  # the stored first round still holds the server's call

@@ -73,4 +73,5 @@ class LiveRecords:
         finally:
             for task in tasks:
                 task.cancel()  # only those not done: the request was cancelled, or the client left
+            await asyncio.gather(*tasks, return_exceptions=True)  # they end here, their errors retrieved
         return [task.result() for task in tasks], streamed

@@ -196,8 +196,8 @@ class ChatRelay(StreamRelay):
         self.include_usage = include_usage
         self.head: tuple[Any, Any] | None = None  # the client's `id` and `created`
         self.opened: set[int] = set()  # choices whose role went out
-        self.texted: set[int] = set()  # choices with text from earlier rounds
-        self.before: dict[int, int] = {}  # the length of that text in the client's content, separators included
+        # Choices with text from earlier rounds: the length of that text in the client's content, separators included.
+        self.before: dict[int, int] = {}
         self.sent: dict[int, dict[str, Any]] = {}
         self.holding = False
         self.choices: dict[int, dict[str, Any]] = {}
@@ -208,7 +208,6 @@ class ChatRelay(StreamRelay):
             text = message.get("content")
             if isinstance(text, str) and text:
                 self.before[index] = self.offset(index) + len(text)
-                self.texted.add(index)
         self.sent = {}  # the messages as they stood when holding began: what the client has of this round
         self.separated: set[int] = set()
         self.holding = False
@@ -221,7 +220,7 @@ class ChatRelay(StreamRelay):
     def offset(self, index: int) -> int:
         """Where this round's text of a choice begins in the client's content: after earlier rounds' text and the
         blank line that sets it off."""
-        return self.before[index] + len(_SEPARATOR) if index in self.texted else 0
+        return self.before[index] + len(_SEPARATOR) if index in self.before else 0
 
     def sent_messages(self) -> dict[int, dict[str, Any]]:
         if self.holding:
@@ -309,7 +308,7 @@ class ChatRelay(StreamRelay):
                     rewritten = True
                 self.opened.add(index)
             text = delta.get("content")
-            if index in self.texted and index not in self.separated and isinstance(text, str) and text:
+            if index in self.before and index not in self.separated and isinstance(text, str) and text:
                 delta["content"] = _SEPARATOR + text
                 self.separated.add(index)
                 rewritten = True
@@ -364,7 +363,7 @@ class ChatRelay(StreamRelay):
                 message = choice.get("message") if isinstance(choice, dict) else None
                 rest = _rest(message if isinstance(message, dict) else {}, sent.get(index, {}))
                 text = rest.get("content")
-                had_text = index in self.texted or streamed.get(index, {}).get("content")
+                had_text = index in self.before or streamed.get(index, {}).get("content")
                 if had_text and not sent.get(index, {}).get("content") and isinstance(text, str) and text:
                     rest["content"] = _SEPARATOR + text
                 if isinstance(rest.get("annotations"), list):  # they point into the final text: moved to the client's

@@ -53,6 +53,11 @@ class ResponsesRelay(StreamRelay):
         self.announced: dict[int, int] = {}  # where in `recorded` the calls announced and not recorded yet are, by call
         self.begin_round()
 
+    @property
+    def next_position(self) -> int:
+        """The client's `output_index` of the next item sent: after every item sent or recorded so far."""
+        return self.base + len(self.released) + len(self.recorded)
+
     def begin_round(self) -> None:
         self.earlier += [*self.sent_items(), *self.recorded]
         self.base += len(self.released) + len(self.recorded)
@@ -156,10 +161,10 @@ class ResponsesRelay(StreamRelay):
             return None
         events: list[bytes] = []
         for reasoning in self.reasoning_before(search.call):
-            events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), reasoning)
+            events += sse.responses_item(self.emit, self.next_position, reasoning)
             self.recorded.append(reasoning)
         item = searching(search)
-        position = self.base + len(self.released) + len(self.recorded)
+        position = self.next_position
         self.announced[id(search.call)] = len(self.recorded)
         self.recorded.append(item)
         at = {"item_id": item["id"], "output_index": position}
@@ -178,7 +183,7 @@ class ResponsesRelay(StreamRelay):
         if slot is None:
             events: list[bytes] = []
             for whole in [*self.reasoning_before(run.call), item]:
-                events += sse.responses_item(self.emit, self.base + len(self.released) + len(self.recorded), whole)
+                events += sse.responses_item(self.emit, self.next_position, whole)
                 self.recorded.append(whole)
             return events
         self.recorded[slot] = item

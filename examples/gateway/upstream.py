@@ -31,8 +31,15 @@ PATHS: dict[Route, str] = {"messages": "/messages", "chat_completions": "/chat/c
 FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"content-type", b"accept"})
 FORWARDED_PREFIXES = (b"anthropic-", b"openai-")
 RETURNED_HEADERS = frozenset(
-    {b"content-type", b"retry-after", b"retry-after-ms", b"x-should-retry", b"request-id", b"x-request-id"}
-    | {b"cache-control"}
+    {
+        b"content-type",
+        b"retry-after",
+        b"retry-after-ms",
+        b"x-should-retry",
+        b"request-id",
+        b"x-request-id",
+        b"cache-control",
+    }
 )
 RETURNED_PREFIXES = (b"anthropic-", b"openai-", b"x-ratelimit-")
 """The SDKs read `retry-after(-ms)` and `x-should-retry` to decide on a retry; rate-limit headers tell a client its
