@@ -27,7 +27,7 @@ from starlette.types import Message, Send
 from .asgi import media_type, with_length
 from .errors import ConfigurationError
 from .surfaces import field
-from .surfaces.responses import CALL_TYPES
+from .surfaces.responses import CALL_TYPES, input_items
 from .surfaces.responses_relay import ResponsesRelay
 
 logger = logging.getLogger("agentic_middleware")
@@ -103,7 +103,7 @@ class Chains:
         chain = await self.read(previous)
         if chain is None:
             return None
-        given = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
+        given = input_items(body) or []
         return {**body, "previous_response_id": chain["previous_response_id"], "input": [*chain["input"], *given]}
 
     async def read(self, response_id: str) -> dict[str, Any] | None:

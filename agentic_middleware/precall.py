@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import HookError
+from .surfaces.responses import input_items
 
 if TYPE_CHECKING:
     from .hooks import AgenticLoopLogging, BoundHook
@@ -184,9 +185,7 @@ async def _guardrail(
     """One guardrail's `apply_guardrail` on the request: its messages and tools written back into `request_data`
     (on Responses, its `input` and `instructions`: from the texts it returns, or its structured messages)."""
     responses = api_surface == "responses"
-    given = request_data.get("input") if responses else request_data.get("messages")
-    if responses and isinstance(given, str):
-        given = [{"role": "user", "content": given}]
+    given = input_items(request_data) if responses else request_data.get("messages")
     if not isinstance(given, list):
         return
     messages: list[Any] = given

@@ -7,6 +7,7 @@ its reasoning item. A reasoning model calling tools in parallel sends one reason
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 _ENDS = frozenset({"reasoning", "message"})  # what ends the items a reasoning item led to
@@ -28,6 +29,14 @@ def kept_positions(items: list[Any], dropped: set[int]) -> list[int]:
                 continue
         kept.append(index)
     return kept
+
+
+def leading(items: Mapping[int, Any], at: int) -> int | None:
+    """The position of the reasoning item that led to the item at `at` (back over the calls between), if any."""
+    at -= 1
+    while isinstance(items.get(at), dict) and items[at].get("type") not in _ENDS:
+        at -= 1
+    return at if is_reasoning(items.get(at)) else None
 
 
 def is_reasoning(item: Any) -> bool:

@@ -50,6 +50,12 @@ def _output(response: dict[str, Any]) -> list[Any]:
     return output if isinstance(output, list) else []
 
 
+def input_items(body: Mapping[str, Any]) -> Any:
+    """A request's input items; a string input is one user message, as LiteLLM gives it."""
+    value = body.get("input")
+    return [{"role": "user", "content": value}] if isinstance(value, str) else value
+
+
 def is_call(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") in CALL_TYPES
 
@@ -92,9 +98,7 @@ class Responses(Surface):
     )
 
     def messages(self, body: dict[str, Any]) -> Any:
-        """The input items; a string input is one user message, as LiteLLM gives it."""
-        value = body.get("input")
-        return [{"role": "user", "content": value}] if isinstance(value, str) else value
+        return input_items(body)
 
     def unsupported(self, body: dict[str, Any]) -> tuple[str, str] | None:
         """`conversation`: the app appends each call's input and output to it, so every rerun (which sends the whole

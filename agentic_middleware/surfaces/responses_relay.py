@@ -15,7 +15,7 @@ import orjson
 from .. import sse
 from ..native import NativeCall, NativeRun
 from ..native.responses import searching, url_citations, web_search_call
-from ..reasoning import is_reasoning
+from ..reasoning import leading
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, StreamMismatch, StreamRelay
 from .chat import openai_error_type
@@ -196,15 +196,11 @@ class ResponsesRelay(StreamRelay):
     def reasoning_before(self, call: Mapping[str, Any]) -> list[Any]:
         """The reasoning item that led to the app's `call` in this round (see reasoning.py), if it did not go out."""
         at = next((i for i, item in self.items.items() if is_call(item) and _is_same(item, call)), None)
-        if at is None:
+        reasoning = None if at is None else leading(self.items, at)
+        if reasoning is None or reasoning in self.released or reasoning in self.reasoned:
             return []
-        at -= 1
-        while isinstance(self.items.get(at), dict) and self.items[at].get("type") not in ("reasoning", "message"):
-            at -= 1  # the calls between
-        if not is_reasoning(self.items.get(at)) or at in self.released or at in self.reasoned:
-            return []
-        self.reasoned.add(at)
-        return [self.items[at]]
+        self.reasoned.add(reasoning)
+        return [self.items[reasoning]]
 
     def sent_items(self) -> list[Any]:
         """This round's items that went out, as the client has them."""
