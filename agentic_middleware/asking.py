@@ -146,7 +146,7 @@ class AskingHooks:
         except TypeError as error:
             raise HookError(*changed_by, f"the request is not JSON: {error}") from None
 
-    async def pre_called(self) -> tuple[str, str] | None:
+    async def pre_called(self) -> tuple[str, str]:
         """LiteLLM's pre-call lifecycle (see `precall`): the body it gives, and the keys and limit it sets."""
         result = await run_pre_call(
             self.pre_call_hooks,
