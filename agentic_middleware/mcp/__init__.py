@@ -1,0 +1,18 @@
+"""MCP servers as server tools: `MCPTools` declares an MCP server's tools to the model and runs its calls.
+
+    from agentic_middleware.mcp import MCPTools
+    app.add_middleware(AgenticLoopMiddleware, hooks=[MCPTools("http://docs:8000/mcp", prefix="docs")])
+
+Built on the official `mcp` SDK (the `[mcp]` extra). It is a `ServerTools` whose tools come from the server, so
+MCP tools run on every route, concurrently, under the per-call timeout, with errors as results the model reads.
+One session per server serves every request: opened when the gateway starts, reopened with backoff when it drops,
+and its tool list fetched again when the server says it changed.
+
+tools.py is the hook (its options, the tools as declared, forwarded headers), session.py the session to the
+server, results.py what an MCP result becomes for the model.
+"""
+
+from .results import tool_result
+from .tools import MCPTools, from_config
+
+__all__ = ["MCPTools", "from_config", "tool_result"]

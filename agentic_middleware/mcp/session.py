@@ -1,0 +1,272 @@
+"""One MCP session kept open for a server, shared by every request: opened at start, reopened when it drops.
+
+`Session` knows the connection (streamable HTTP or stdio), the reconnection with backoff, the change stream and
+the calls; what the tools are called and what their results become is `MCPTools`' (tools.py, results.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types
+from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.shared.exceptions import MCPError
+
+from ..concurrency import cancel_and_wait
+
+logger = logging.getLogger("agentic_middleware")
+
+FIRST_RETRY = 0.1  # seconds before the first reconnection; doubled after each failure
+LAST_RETRY = 30.0
+
+
+class CallFailed(Exception):
+    """A call that gave no result: the message is what the model reads after `<tool> failed: `."""
+
+
+class Session:
+    """The session to one server: `refresh` is given each new session's client (and again when the server says
+    its tools changed); `on_request` sees each HTTP request to the server before it goes."""
+
+    def __init__(
+        self,
+        server: str | Sequence[str],
+        *,
+        label: str,
+        timeout: float,
+        connect_timeout: float,
+        headers: Mapping[str, str],
+        max_connections: int | None,
+        mode: Any,
+        refresh: Callable[[Client], Coroutine[Any, Any, None]],
+        on_request: Callable[[httpx2.Request], Awaitable[None]],
+    ) -> None:
+        self.server = server
+        self.label = label
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.headers = dict(headers)
+        self.max_connections = max_connections
+        self.mode = mode
+        self._refresh = refresh
+        self._on_request = on_request
+        self._client: Client | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._refreshing: asyncio.Future[None] | None = None
+        self._events()
+
+    def _events(self) -> None:
+        """Fresh events for each start: an event belongs to the loop that first waits on it."""
+        self._connected = asyncio.Event()  # a session is open
+        self._dropped = asyncio.Event()  # the open session failed: reopen it
+        self._wake = asyncio.Event()  # a call is waiting: reconnect now rather than after the backoff
+        self._outcome: asyncio.Future[bool] | None = None  # how the next connection attempt ends
+        self._closing = False
+        self._session_gone = False  # the HTTP server answered 404 to our session id: it ended the session
+
+    # Lifecycle ---------------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start keeping the session open; raises what the first attempt raised (TimeoutError past the bound)."""
+        if self._runner is not None:
+            return
+        self._events()
+        first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._runner = asyncio.create_task(self._keep_open(first), name=f"MCP session {self.label}")
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                await asyncio.shield(first)
+        except Exception:
+            first.cancel()  # a later outcome of this attempt goes unread
+            raise
+
+    async def close(self) -> None:
+        """Close the session (and end a stdio server's process)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            # Ended from inside, not cancelled: the SDK's stdio client stops its process only on a clean exit.
+            self._closing = True
+            self._dropped.set()
+            self._wake.set()
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    await asyncio.shield(runner)
+            except TimeoutError:
+                await cancel_and_wait(runner)
+
+    async def _keep_open(self, first: asyncio.Future[None]) -> None:
+        """Keep one session open: connect, serve until it drops, wait (doubling), connect again."""
+        delay = FIRST_RETRY
+        while not self._closing:
+            self._wake.clear()
+            attempt, self._outcome = self._outcome, None  # the calls waiting before this attempt began
+            try:
+                async with self._open() as client:
+                    await self._refresh(client)
+                    self._session_gone = False
+                    self._client = client
+                    self._dropped.clear()
+                    self._connected.set()
+                    self._settle(attempt, True)
+                    self._settle(self._outcome, True)
+                    if not first.done():
+                        first.set_result(None)
+                    elif delay > FIRST_RETRY:
+                        logger.warning("MCP server %s: reconnected", self.label)
+                    delay = FIRST_RETRY
+                    await self._serve(client)
+                    if self._closing:
+                        return
+                    logger.warning("MCP server %s: the session dropped; reconnecting", self.label)
+            except Exception as error:
+                if not first.done():
+                    first.set_exception(error)
+                else:
+                    logger.debug("MCP server %s: connection failed: %r", self.label, error)
+                self._settle(attempt, False)  # those waiting since it began wait for the next one
+            finally:
+                self._client = None
+                self._connected.clear()
+                if self._closing:
+                    self._settle(attempt, False)
+                    self._settle(self._outcome, False)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()  # a call waiting for the server cuts the wait short
+            delay = min(delay * 2, LAST_RETRY)
+
+    def _settle(self, outcome: asyncio.Future[bool] | None, connected: bool) -> None:
+        """Tell the calls waiting for a connection attempt how it ended."""
+        if outcome is not None and not outcome.done():
+            outcome.set_result(connected)
+        if outcome is self._outcome:
+            self._outcome = None
+
+    @contextlib.asynccontextmanager
+    async def _open(self) -> AsyncIterator[Client]:
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(self.server, str):
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(
+                        headers=self.headers,
+                        timeout=httpx2.Timeout(self.timeout, read=None),  # a call waits for a connection
+                        limits=httpx2.Limits(max_connections=self.max_connections),  # no longer than `timeout`
+                        event_hooks={"request": [self._on_request], "response": [self._watch_session]},
+                    )
+                )
+                transport: Any = streamable_http_client(self.server, http_client=http)
+            else:
+                command = [sys.executable if self.server[0] == "python" else self.server[0], *self.server[1:]]
+                transport = stdio_client(StdioServerParameters(command=command[0], args=command[1:]))
+            async with asyncio.timeout(self.connect_timeout):
+                client = await stack.enter_async_context(
+                    Client(transport, mode=self.mode, message_handler=self._on_message, cache=None)
+                )
+            yield client
+
+    async def _serve(self, client: Client) -> None:
+        """Wait until the session drops, refetching the tools whenever the server says they changed."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                listening = asyncio.ensure_future(self._follow(client, changes))
+                try:
+                    await self._dropped.wait()
+                finally:
+                    await cancel_and_wait(listening)
+        except (ListenNotSupportedError, MCPError) as error:
+            # An older server sends changes as notifications (`_on_message`); one that serves no change stream
+            # keeps the list it gave at the start.
+            logger.debug("MCP server %s: no change stream: %s", self.label, error)
+            await self._dropped.wait()
+
+    async def _follow(self, client: Client, changes: AsyncIterator[Any]) -> None:
+        try:
+            async for _ in changes:
+                await self._refresh(client)
+        except Exception as error:
+            logger.debug("MCP server %s: change stream lost: %r", self.label, error)
+        self._dropped.set()
+
+    async def _on_message(self, message: Any) -> None:
+        """Notifications of an older server: a changed tool list; a transport failure drops the session."""
+        if isinstance(message, Exception):
+            logger.debug("MCP server %s: transport error: %r", self.label, message)
+            self._dropped.set()
+        elif isinstance(message, mcp_types.ToolListChangedNotification):
+            client = self._client
+            if client is not None:
+                self._refreshing = asyncio.ensure_future(self._refresh(client))
+
+    async def _watch_session(self, response: httpx2.Response) -> None:
+        """A 404 to a request that carries the session id means the server ended the session (a restart, an
+        expiry): the spec says to open a new one, so the call that got it is made again on a new session."""
+        if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+            self._session_gone = True
+            self._dropped.set()
+
+    # Calls -------------------------------------------------------------------------------------------------------
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """One call; a dropped session is reopened and the call made once more (the caller bounds the time).
+
+        A call waits for no more than one attempt to reconnect: a server that is down fails it at once, and a
+        session that drops while the call runs ends the call, rather than both waiting out the timeout.
+        """
+        failure: object = "the session dropped"
+        for _ in range(2):
+            client = self._client
+            if client is None:
+                if self._outcome is None:
+                    self._outcome = asyncio.get_running_loop().create_future()
+                outcome = self._outcome
+                self._wake.set()
+                if self._runner is None or not await asyncio.shield(outcome):
+                    failure = "it did not answer the reconnection"
+                    break
+                client = self._client
+                if client is None:
+                    continue
+            try:
+                result: mcp_types.CallToolResult | None = await self._unless_dropped(client.call_tool(tool, arguments))
+            except MCPError as error:
+                if error.code != mcp_types.CONNECTION_CLOSED and not self._session_gone:
+                    raise CallFailed(error.error.message) from None
+                failure = error
+            except (httpx2.TransportError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as error:
+                failure = error
+            else:
+                if result is not None:
+                    return result
+            if self._client is client:
+                self._dropped.set()  # the session is gone: reopen it, and wait for it on the next turn
+                self._client = None
+                self._connected.clear()
+        raise CallFailed(f"the MCP server is unreachable ({failure})")
+
+    async def _unless_dropped(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """The call's result, or None when the session drops first (over HTTP the SDK would wait on)."""
+        calling = asyncio.ensure_future(call)
+        dropped = asyncio.ensure_future(self._dropped.wait())
+        try:
+            await asyncio.wait((calling, dropped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dropped.cancel()
+            if not calling.done():
+                await cancel_and_wait(calling)
+        return None if calling.cancelled() else calling.result()
+
+
+def reason(error: BaseException) -> str:
+    """What went wrong, from the first leaf of the exception groups anyio raises."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
