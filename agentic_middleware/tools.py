@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 import orjson
+from starlette.types import Scope
 
 from .concurrency import awaitable
 from .errors import ConfigurationError
@@ -272,8 +273,10 @@ class ServerTools(AgenticHook):
         calls = claim["tool_calls"]
         native = NativeRequest.of(logging_obj)
         searches = [self._native_call(surface, call, native) for call in calls]
+        scope: Scope = kwargs.get("scope") or {}  # the client's request (absent when not called by the middleware)
         jobs = [
-            self._run(surface, call, search, logging_obj, native) for call, search in zip(calls, searches, strict=True)
+            self._run(surface, call, search, logging_obj, scope, native)
+            for call, search in zip(calls, searches, strict=True)
         ]
         live = LiveRecords.of(logging_obj) if native is not None else None  # records go out as each search ends
         runs, streamed = await live.run(jobs, searches) if live is not None else (await asyncio.gather(*jobs), False)
@@ -290,6 +293,16 @@ class ServerTools(AgenticHook):
             run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=follow_up), metadata=metadata
         )
 
+    async def run_tool(
+        self, tool: ServerTool, arguments: Any, logging_obj: Any, scope: Scope, native: NativeOptions | None = None
+    ) -> ToolResult:
+        """One call of a tool this hook serves, under this hook's settings, for the client request `scope`.
+
+        Whichever hook of the middleware plans a round, each call is run here, by the hook that serves its tool:
+        so a setting of that hook (its timeout; an MCP server's forwarded headers) holds for every call of it.
+        """
+        return await tool(arguments, self.timeout, logging_obj, native)
+
     @staticmethod
     def _native_call(surface: Surface, call: dict[str, Any], native: NativeRequest | None) -> NativeCall | None:
         """The call as a native one, when the client declared its tool natively."""
@@ -305,6 +318,7 @@ class ServerTools(AgenticHook):
         call: dict[str, Any],
         search: NativeCall | None,
         logging_obj: Any,
+        scope: Scope,
         native: NativeRequest | None,
     ) -> tuple[ToolResult, NativeRun | None]:
         """One call's result, and its native record when the client declared the tool natively (`search`)."""
@@ -315,12 +329,12 @@ class ServerTools(AgenticHook):
             gone = ToolResult(f"{name} is no longer served", True)
             return gone, search.ran(gone, UNAVAILABLE) if search is not None else None
         if search is None or native is None:
-            return await tool(surface.call_input(call), owner.timeout, logging_obj), None
+            return await owner.run_tool(tool, surface.call_input(call), logging_obj, scope), None
         options = native.declared[name]
         if not native.take(name):
             exceeded = native.exceeded(name, options)
             return exceeded, search.ran(exceeded, MAX_USES_EXCEEDED)
-        result = await tool(surface.call_input(call), owner.timeout, logging_obj, options)
+        result = await owner.run_tool(tool, surface.call_input(call), logging_obj, scope, options)
         result = native.restricted(result, options, search.query)
         return result, search.ran(result, UNAVAILABLE if result.is_error else None)
 

@@ -17,8 +17,10 @@ from typing import Any
 import httpx2
 import mcp_types
 from mcp import Client
+from starlette.types import Scope
 
 from ..errors import ConfigurationError
+from ..native import NativeOptions
 from ..schema import portable
 from ..surfaces import ToolResult
 from ..tools import ServerTool, ServerTools
@@ -191,11 +193,16 @@ class MCPTools(ServerTools):
 
     # Forwarded headers -------------------------------------------------------------------------------------------
 
-    async def _plan(self, claim: Any, messages: Any, response: Any, logging_obj: Any, kwargs: Any) -> Any:
-        """With `forward_headers`, the client's headers are bound to this request's calls."""
+    async def run_tool(
+        self, tool: ServerTool, arguments: Any, logging_obj: Any, scope: Scope, native: NativeOptions | None = None
+    ) -> ToolResult:
+        """With `forward_headers`, the client's headers go with this call, whichever hook planned the round.
+
+        The SDK gives no way to set headers on one call, so they travel in a context variable the HTTP client's
+        request hook reads (`_add_forwarded`): set here, around this one call, in the task that makes it.
+        """
         if not self.forward_headers:
-            return await super()._plan(claim, messages, response, logging_obj, kwargs)
-        scope = kwargs.get("scope") or {}
+            return await super().run_tool(tool, arguments, logging_obj, scope, native)
         headers = {
             name.decode("latin-1"): value.decode("latin-1")
             for name, value in scope.get("headers") or ()
@@ -203,7 +210,7 @@ class MCPTools(ServerTools):
         }
         token = self._forwarded.set(headers)
         try:
-            return await super()._plan(claim, messages, response, logging_obj, kwargs)
+            return await super().run_tool(tool, arguments, logging_obj, scope, native)
         finally:
             self._forwarded.reset(token)
 

@@ -1,0 +1,71 @@
+"""Per-call credentials: each MCP server's calls carry that server's own headers (static and forwarded), whichever
+of the middleware's hooks plans the round. Real MCP servers written with the `mcp` SDK, under uvicorn on 127.0.0.1,
+each recording the header it got on every call; 20 users at once through the official SDKs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from mcp.server.mcpserver import Context, MCPServer
+from support import Route
+from test_mcp import MCPHTTPServer, answer_with_results, ask, gateway, route
+
+from agentic_middleware.mcp import MCPTools
+from agentic_middleware.testing import RecordedRequest, ScriptedModel
+
+__all__ = ["route"]  # the fixture, used by name
+
+USERS = 20
+TOKEN = "x-user-token"
+
+
+def recording(name: str, seen: list[tuple[str, str]]) -> MCPServer:
+    """A server whose one tool `<name>_whoami(user)` records, per call, the user it was called for and the token
+    header the call carried."""
+    server = MCPServer(name)
+
+    @server.tool(name=f"{name}_whoami", description="Who the server thinks is calling.")
+    def whoami(user: str, ctx: Context) -> str:
+        request = ctx.request_context.request
+        token = request.headers.get(TOKEN, "none") if request is not None else "none"
+        seen.append((user, token))
+        return f"{name} saw {token}"
+
+    return server
+
+
+@pytest.mark.parametrize("forwarding_first", [False, True])
+async def test_forwarded_headers_reach_every_call_of_their_server_whichever_hook_plans_the_round(
+    route: Route, forwarding_first: bool
+) -> None:
+    alpha_seen: list[tuple[str, str]] = []
+    beta_seen: list[tuple[str, str]] = []
+    alpha_server = MCPHTTPServer(lambda: recording("alpha", alpha_seen))
+    beta_server = MCPHTTPServer(lambda: recording("beta", beta_seen))
+    await alpha_server.start()
+    await beta_server.start()
+
+    def turn(request: RecordedRequest) -> Any:
+        """The first turn calls both servers' tools for the user whose token came with the request."""
+        user = request.headers[TOKEN]
+        if len(request.body["messages"]) > 1:
+            return answer_with_results(route)(request)
+        return route.calls(("alpha_whoami", {"user": user}), ("beta_whoami", {"user": user}))
+
+    # alpha sends the gateway's static token only; beta forwards the user's in place of its static one.
+    alpha = MCPTools(alpha_server.url, headers={TOKEN: "gateway-alpha"})
+    beta = MCPTools(beta_server.url, headers={TOKEN: "gateway-beta"}, forward_headers=[TOKEN])
+    hooks = (beta, alpha) if forwarding_first else (alpha, beta)
+    try:
+        async with gateway(ScriptedModel(default=turn), *hooks) as app:
+            users = [f"user-{n}" for n in range(USERS)]
+            answers = await asyncio.gather(*(ask(route, app, default_headers={TOKEN: user}) for user in users))
+    finally:
+        await alpha_server.stop()
+        await beta_server.stop()
+
+    assert sorted(beta_seen) == sorted((user, user) for user in users)  # each call under its own user's identity
+    assert sorted(alpha_seen) == sorted((user, "gateway-alpha") for user in users)  # never a forwarded token
+    assert sorted(answers) == sorted(f"alpha saw gateway-alpha | beta saw {user}" for user in users)
