@@ -85,3 +85,53 @@ def test_any_chunking_of_any_stream_gives_its_events(
     chunks = [stream[a:b] for a, b in itertools.pairwise(points)]
     expected = [ServerSentEvent(name, "\n".join(lines).encode()) for name, lines in events]
     assert read(*chunks) == expected
+
+
+def test_a_byte_order_mark_cut_across_chunks_is_dropped_once_and_only_at_the_start() -> None:
+    assert read(b"\xef", b"\xbb", b"\xbfdata: x\n\n") == [ServerSentEvent("", b"x")]
+    assert read(b"\xef\xbb\xbf\xef\xbb\xbfdata: x\n\n") == []  # a second mark is part of the field's name
+    assert read(b"\xef", b"data: x\n\n") == []  # not a mark: the first field's name is "\xefdata"
+    assert read(b"data: a\n\n", b"\xef\xbb\xbfdata: b\n\n") == [ServerSentEvent("", b"a")]
+
+
+def test_a_fields_value_loses_one_leading_space_and_a_field_without_colon_is_empty() -> None:
+    stream = b"data:x\ndata: y\ndata:  z\ndata\ndata:\n\n"
+    assert read(stream) == [ServerSentEvent("", b"x\ny\n z\n\n")]
+    assert read(b"event:e\ndata:1\n\n") == [ServerSentEvent("e", b"1")]
+    assert read(b"data: a:b: c\n\n") == [ServerSentEvent("", b"a:b: c")]
+
+
+def test_a_crlf_after_an_event_that_ends_a_chunk_in_cr_ends_nothing_more() -> None:
+    assert read(b"data: x\r\n\r", b"\ndata: y\r", b"\n\r", b"\n") == [
+        ServerSentEvent("", b"x"),
+        ServerSentEvent("", b"y"),
+    ]
+    assert read(b"data: x\r", b"\r") == [ServerSentEvent("", b"x")]  # CR CR: two line ends
+
+
+def feed_all(size: int, piece: int) -> tuple[list[ServerSentEvent], int]:
+    """One event of `size` bytes of data in pieces of `piece` bytes: its events and the reader's work."""
+    stream = b"event: big\ndata: " + b"x" * size + b"\n\n"
+    reader = SSEReader()
+    events = [event for start in range(0, len(stream), piece) for event in reader.feed(stream[start : start + piece])]
+    return events, reader.scanned
+
+
+def test_the_work_is_about_one_pass_over_the_bytes_however_they_are_cut() -> None:
+    size = 1 << 20
+    for piece in (1, 1024, 16 * 1024, 1 << 21):
+        events, scanned = feed_all(size, piece)
+        assert events == [ServerSentEvent("big", b"x" * size)]
+        assert scanned <= 2 * size + 64, (piece, scanned)  # read once, joined once: not once per chunk
+
+
+@given(sizes=st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=60), cr=st.booleans())
+def test_the_work_is_linear_for_any_chunking(sizes: list[int], cr: bool) -> None:
+    ending = b"\r\n" if cr else b"\n"
+    stream = b"".join(b"data: " + b"y" * size + ending + ending for size in sizes) * 3
+    reader = SSEReader()
+    events = []
+    for start in range(0, len(stream), 7):
+        events += reader.feed(stream[start : start + 7])
+    assert [len(event.data) for event in events] == sizes * 3
+    assert reader.scanned <= 2 * len(stream)

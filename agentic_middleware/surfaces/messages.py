@@ -123,7 +123,7 @@ class Messages(Surface):
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
         # Thinking and text blocks stay where the model put them (thinking first); other calls are left out.
-        answered = {id(call): with_id(call, "toolu_") for call in calls}
+        answered = {id(call): _as_history(with_id(call, "toolu_")) for call in calls}
         content = [
             answered.get(id(block), block)
             for block in response.get("content") or ()
@@ -209,7 +209,7 @@ class MessagesRelay(StreamRelay):
                 if name != "input":
                     block[name] = text
                 elif text:
-                    block["input"] = orjson.loads(text)
+                    block["input"] = _tool_input(text)
             if self.records and block.get("type") == "text" and isinstance(block.get("text"), str):
                 return self.cite(index, block["text"], self.out(event, kind, payload))
             return self.out(event, kind, payload)
@@ -339,6 +339,26 @@ def _text_rest(sent: Any, final: Any) -> str | None:
         return None
     same = {**final, "text": old} == sent
     return new[len(old) :] if same else None
+
+
+def _tool_input(text: str) -> Any:
+    """A streamed call's input: the JSON its `input_json_delta`s join into, else their text as it came.
+
+    A model may stream input that is not JSON (cut short, say). The client's SDK accumulates such a stream without
+    error, so it is no reason to end the stream: a call the client runs reaches it as the app sent it, and a claimed
+    call's tool is given the text, which is not an object of arguments, so the model reads an error result (as with
+    a chat or Responses call whose `arguments` are not JSON).
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _as_history(call: dict[str, Any]) -> dict[str, Any]:
+    """A claimed call as the app's history holds it: a `tool_use` input must be an object, so input that was not
+    one is sent as `{}` (its tool result, an error, quotes what the model wrote)."""
+    return call if isinstance(call.get("input"), dict) else {**call, "input": {}}
 
 
 def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
