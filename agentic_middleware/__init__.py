@@ -2,7 +2,7 @@
 
 from .chains import ChainStore, MemoryChainStore
 from .config import Settings, load_config
-from .errors import ConfigurationError, HookError
+from .errors import ConfigurationError, HookError, RequestRefused
 from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from .middleware import AgenticLoopMiddleware
 from .observe import RoundRecord
@@ -21,6 +21,7 @@ __all__ = [
     "HookError",
     "JSONObject",
     "MemoryChainStore",
+    "RequestRefused",
     "RoundRecord",
     "ServerTool",
     "ServerTools",

@@ -41,6 +41,23 @@ class HookError(LoopError):
         self.method = method
 
 
+class RequestRefused(LoopError):
+    """A hook found the client's request wrong (a malformed history record, a filter that is not a list): the
+    caller gets 400 with this message, in the route's error shape, and the app is not called again.
+
+    The message stays whole when the operator hides error details: it names the client's own fields, nothing of the
+    server's.
+    """
+
+    status = 400
+    code = "invalid_request"
+    ended_by = "invalid_request"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.summary = message
+
+
 class ModelAppError(LoopError):
     """The wrapped model app raised, or ended a call without a complete response."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from .concurrency import awaitable
-from .errors import ConfigurationError, HookError
+from .errors import ConfigurationError, HookError, RequestRefused
 from .precall import PRE_CALL_METHODS
 
 
@@ -246,6 +246,8 @@ class BoundHook:
         assert function is not None, method
         try:
             result = await function(**arguments)
+        except RequestRefused:
+            raise  # the client's request is wrong, not the hook: a 400, as the hook meant
         except Exception as error:
             raise HookError(self.name, method, f"{type(error).__name__}: {error}") from error
         except asyncio.CancelledError as error:

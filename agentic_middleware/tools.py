@@ -30,6 +30,7 @@ from .native import (
     NativeRequest,
     NativeRound,
     NativeRun,
+    domains,
     query_of,
 )
 from .native.live import LiveRecords
@@ -172,6 +173,8 @@ class ServerTools(AgenticHook):
         if unrecorded:  # a fetch shown as a search would be a false record, and lose the page on the next turn
             supported = sorted(RECORDED)
             raise ConfigurationError(f"native tools without a record format: {unrecorded} (supported: {supported})")
+        if self.native:  # the domain filters read URLs as a browser does: without the parser, fail at start
+            domains.require()
 
     def declared_tool_names(self) -> list[str]:
         """The names this hook declares now; the middleware refuses two hooks that declare the same one."""
@@ -207,13 +210,12 @@ class ServerTools(AgenticHook):
         declared: dict[str, NativeOptions] = {}
         renamed: dict[str, str] = {}  # a native tool's declared name and type -> the served tool's name
         cached: dict[str, Any] = {}  # the served tool's name -> the native declaration's `cache_control`
-        for tool in [
-            *(client_tools if isinstance(client_tools, list) else ()),
-            *(native.declared(request) if native else ()),
-        ]:
+        given = client_tools if isinstance(client_tools, list) else []
+        listed = [(f"tools[{n}]", tool) for n, tool in enumerate(given)]
+        for where, tool in [*listed, *(native.declared(request) if native else ())]:
             target = self._native_target(tool)
             if target is not None:
-                declared.setdefault(target, NativeOptions.read(tool))
+                declared.setdefault(target, NativeOptions.read(tool, where))  # a malformed one: 400 (RequestRefused)
                 renamed.update({key: target for key in (tool.get("name"), tool.get("type")) if isinstance(key, str)})
                 if "cache_control" in tool:
                     cached[target] = tool["cache_control"]

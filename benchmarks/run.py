@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import big_events, cases, e2e, live_stream, long_answers, mcp_case
+from . import big_events, cases, e2e, live_stream, long_answers, mcp_case, native_urls
 from .cases import Case, Config, Row
 from .report import table, write_chart, write_markdown
 
@@ -22,6 +22,7 @@ CASES: dict[int, Case] = {
     **mcp_case.CASES,
     **live_stream.CASES,
     **big_events.CASES,
+    **native_urls.CASES,
 }
 
 

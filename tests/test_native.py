@@ -300,7 +300,6 @@ def test_the_options_read_both_providers_shapes() -> None:
     )
     assert anthropic.allowed_domains == openai.allowed_domains == ("a.test",)
     assert anthropic.user_location == openai.user_location == chat.user_location == {"city": "X"}
-    assert NativeOptions.read(native_tool(max_uses=True)).max_uses is None
 
 
 def test_a_result_is_cited_where_its_url_stands_alone() -> None:

@@ -18,9 +18,11 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urlsplit
 
+from ..errors import RequestRefused
 from ..surfaces import Source, ToolResult
+from . import domains
+from .domains import Rule
 
 __all__ = [
     "NativeCall",
@@ -51,8 +53,8 @@ class NativeOptions:
     A served tool function that declares a `native_options` parameter gets these (None when the call is not native):
     `allowed_domains` and `blocked_domains` (hosts, subdomains included, optionally with a path prefix), and
     `user_location` (`city`, `region`, `country`, `timezone`, as the client gave them). The results are filtered by
-    the domains afterwards too, so a backend that ignores them is still held to them. `declared` is the declaration
-    as the client sent it.
+    the domains afterwards too (see native/domains.py), so a backend that ignores them is still held to them.
+    `declared` is the declaration as the client sent it.
     """
 
     declared: Mapping[str, Any] = field(default_factory=dict)
@@ -60,68 +62,71 @@ class NativeOptions:
     allowed_domains: tuple[str, ...] = ()
     blocked_domains: tuple[str, ...] = ()
     user_location: Mapping[str, Any] | None = None
+    _allowed: tuple[Rule, ...] | None = field(default=None, repr=False, compare=False)
+    _blocked: tuple[Rule, ...] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("allowed", "blocked"):
+            if getattr(self, f"_{name}") is None:
+                _, compiled = domains.rules(list(getattr(self, f"{name}_domains")), f"{name}_domains")
+                object.__setattr__(self, f"_{name}", compiled)
 
     @classmethod
-    def read(cls, tool: Mapping[str, Any]) -> NativeOptions:
+    def read(cls, tool: Mapping[str, Any], where: str = "the native tool") -> NativeOptions:
         """Anthropic's fields (`max_uses`, `allowed_domains`, `blocked_domains`, `user_location`) and OpenAI's
-        (`filters.allowed_domains`, `user_location`, chat's `user_location.approximate`)."""
+        (`filters.allowed_domains`, `user_location`, chat's `user_location.approximate`).
+
+        A field of the wrong type is refused (`RequestRefused`, a 400 naming `where` and the field), as the
+        providers' APIs refuse it, rather than read as absent: a filter given as a string must not filter nothing.
+        """
         filters = tool.get("filters")
-        allowed = tool.get("allowed_domains") or (filters.get("allowed_domains") if isinstance(filters, dict) else None)
+        if filters is not None and not isinstance(filters, dict):
+            raise RequestRefused(f"{where}.filters must be an object, got {domains.shown(filters)}")
+        allowed, allowed_rules = domains.rules(tool.get("allowed_domains"), f"{where}.allowed_domains")
+        if isinstance(filters, dict):  # OpenAI's place for them
+            inner = domains.rules(filters.get("allowed_domains"), f"{where}.filters.allowed_domains")
+            allowed, allowed_rules = (allowed, allowed_rules) if allowed else inner
+        blocked, blocked_rules = domains.rules(tool.get("blocked_domains"), f"{where}.blocked_domains")
         location = tool.get("user_location")
+        if location is not None and not isinstance(location, dict):
+            raise RequestRefused(f"{where}.user_location must be an object, got {domains.shown(location)}")
         if isinstance(location, dict) and isinstance(location.get("approximate"), dict):
             location = location["approximate"]
         max_uses = tool.get("max_uses")
+        if max_uses is not None and (type(max_uses) is not int or max_uses < 1):
+            raise RequestRefused(f"{where}.max_uses must be a positive integer, got {max_uses!r}")
+        name = tool.get("name")
+        if name is not None and not isinstance(name, str):
+            raise RequestRefused(f"{where}.name must be a string, got {domains.shown(name)}")
         return cls(
             declared=dict(tool),
-            max_uses=max_uses if isinstance(max_uses, int) and not isinstance(max_uses, bool) else None,
-            allowed_domains=_strings(allowed),
-            blocked_domains=_strings(tool.get("blocked_domains")),
+            max_uses=max_uses,
+            allowed_domains=allowed,
+            blocked_domains=blocked,
             user_location=(
                 {key: value for key, value in location.items() if key != "type" and value is not None}
                 if isinstance(location, dict)
                 else None
             ),
+            _allowed=allowed_rules,
+            _blocked=blocked_rules,
         )
 
+    @property
+    def filtered(self) -> bool:
+        return bool(self._allowed or self._blocked)
+
     def allows(self, url: str) -> bool:
-        """Whether a result's URL passes the domain filters."""
-        if self.allowed_domains and not any(_in_domain(url, domain) for domain in self.allowed_domains):
+        """Whether a result's URL passes the domain filters, read as a browser reads it; with a filter, a URL that
+        leads nowhere a filter can judge does not pass (see native/domains.py)."""
+        if not self.filtered:
+            return True
+        found = domains.address(url)
+        if found is None:
             return False
-        return not any(_in_domain(url, domain) for domain in self.blocked_domains)
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    return tuple(item for item in value if isinstance(item, str)) if isinstance(value, list | tuple) else ()
-
-
-def _in_domain(url: str, domain: str) -> bool:
-    """`example.com` matches example.com and its subdomains (on a label boundary: not badexample.com);
-    `example.com/docs` only URLs under that path (`/docs` and `/docs/...`, not `/docs-private`).
-
-    Hosts are compared as DNS names: without a trailing dot and IDNA-encoded, so `evil.com.`, `café.example` and
-    `xn--caf-dma.example` are each the same host written another way. The path is compared percent-decoded.
-    """
-    domain = domain.strip().lower().removeprefix("https://").removeprefix("http://")
-    host, _, path = domain.partition("/")
-    host = _dns_name(host)
-    parts = urlsplit(url if "//" in url else f"//{url}")
-    name = _dns_name(parts.hostname or "")
-    if not host or not (name == host or name.endswith(f".{host}")):
-        return False
-    path = unquote(path).strip("/")
-    if not path:
-        return True
-    under = unquote(parts.path).strip("/")
-    return under == path or under.startswith(f"{path}/")
-
-
-def _dns_name(host: str) -> str:
-    """A host as one spelling of its DNS name: lower case, no trailing dot, IDNA (punycode) for Unicode labels."""
-    host = host.strip().lower().removesuffix(".")
-    try:
-        return host.encode("idna").decode("ascii").lower()
-    except UnicodeError:  # not a valid IDNA name (an empty or over-long label): compare it as written
-        return host
+        if self._allowed and not domains.within(found, self._allowed, unsure=False):
+            return False
+        return not domains.within(found, self._blocked or (), unsure=True)
 
 
 def format_sources(query: str | None, sources: Sequence[Source]) -> str:
@@ -192,6 +197,11 @@ class NativeRun(NamedTuple):
     result: ToolResult
     error_code: str | None = None  # Anthropic's web search error codes: `max_uses_exceeded`, `unavailable`
 
+    def holds_results(self) -> bool:
+        """Whether the record's results are what the model read: its sources, or none because the tool said it
+        found none (`search_result` with no sources); not a tool's plain text, which no record carries."""
+        return bool(self.result.sources) or self.result.content == format_sources(self.query, ())
+
     def cited_sources(self) -> tuple[Source, ...]:
         """The sources a citation may point at: none for a failed call, whose record holds no results."""
         return () if self.error_code is not None else self.result.sources
@@ -257,23 +267,6 @@ class NativeRequest:
         return result._replace(content=format_sources(query, kept), sources=kept)
 
 
-def result_text(query: str | None, results: Any, error_code: str | None, name: str) -> tuple[str, bool]:
-    """The text of a native record's results for the app's own tool result, and whether it is an error."""
-    if error_code is not None:
-        return f"{name} error: {error_code}", True
-    sources = [
-        Source(
-            str(item.get("url") or ""),
-            str(item.get("title") or ""),
-            decode_text(item.get("encrypted_content")),
-            item.get("page_age") if isinstance(item.get("page_age"), str) else None,
-        )
-        for item in (results if isinstance(results, list) else ())
-        if isinstance(item, dict)
-    ]
-    return format_sources(query, sources), False
-
-
 def citations(text: str, sources: Sequence[Source]) -> Iterator[tuple[int, Source, int]]:
     """Each source the text cites, with the source's number and where its URL begins in the text.
 
@@ -304,8 +297,9 @@ def _url_ends(text: str, end: int) -> bool:
 class NativeFormat(ABC):
     """One wire format's part of native tools: its records, its citations, and its history turned back."""
 
-    def declared(self, body: dict[str, Any]) -> list[dict[str, Any]]:
-        """Native tools the request declares outside `tools` (chat's `web_search_options`), as tool declarations."""
+    def declared(self, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """Native tools the request declares outside `tools` (chat's `web_search_options`), as tool declarations,
+        each with the field it came from."""
         return []
 
     def served(self, body: dict[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:

@@ -6,16 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import RequestRefused
 from ..payload import JSONObject
 from . import NativeFormat, NativeRound, citations
+from .domains import shown
 
 OPTIONS_FIELD = "web_search_options"
 
 
 class ChatNative(NativeFormat):
-    def declared(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+    def declared(self, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         options = body.get(OPTIONS_FIELD)
-        return [{**options, "type": "web_search"}] if isinstance(options, dict) else []
+        if options is not None and not isinstance(options, dict):
+            raise RequestRefused(f"{OPTIONS_FIELD} must be an object, got {shown(options)}")
+        return [(OPTIONS_FIELD, {**options, "type": "web_search"})] if isinstance(options, dict) else []
 
     def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
         if "web_search" not in names:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from ..errors import RequestRefused
 from ..payload import JSONObject
 from . import (
     CITED_CHARS,
@@ -17,8 +18,9 @@ from . import (
     citations,
     encode_text,
     query_of,
-    result_text,
+    replay,
 )
+from .replay import NOTHING, checked
 
 RECORD_TYPES = frozenset({"server_tool_use", "web_search_tool_result"})
 CITATION_TYPE = "web_search_result_location"
@@ -108,7 +110,8 @@ class MessagesNative(NativeFormat):
 
     def served(self, body: dict[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
         choice = body.get("tool_choice")
-        if isinstance(choice, dict) and choice.get("type") == "tool" and choice.get("name") in renamed:
+        name = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
+        if isinstance(choice, dict) and isinstance(name, str) and name in renamed:
             return {**body, "tool_choice": {**choice, "name": renamed[choice["name"]]}}
         return body
 
@@ -138,30 +141,55 @@ def _cited(block: Any, runs: Sequence[tuple[NativeRun, str]]) -> Any:
 def _recorded(turn: Any) -> bool:
     content = turn.get("content") if isinstance(turn, dict) and turn.get("role") == "assistant" else None
     return isinstance(content, list) and any(
-        isinstance(block, dict) and (block.get("type") in RECORD_TYPES or _citation_types(block) & {CITATION_TYPE})
+        isinstance(block, dict) and (_kind(block) in RECORD_TYPES or CITATION_TYPE in _citation_types(block))
         for block in content
     )
 
 
-def _citation_types(block: dict[str, Any]) -> set[Any]:
+def _kind(block: dict[str, Any]) -> str | None:
+    kind = block.get("type")
+    return kind if isinstance(kind, str) else None
+
+
+def _citation_types(block: dict[str, Any]) -> set[str]:
     cited = block.get("citations")
-    return {item.get("type") for item in cited if isinstance(item, dict)} if isinstance(cited, list) else set()
+    return {_kind(item) or "" for item in cited if isinstance(item, dict)} if isinstance(cited, list) else set()
 
 
 def _uncited(block: Any) -> Any:
     """A text block without the citations of our records, which the app never made."""
     if not isinstance(block, dict) or CITATION_TYPE not in _citation_types(block):
         return block
-    kept = [item for item in block["citations"] if not (isinstance(item, dict) and item.get("type") == CITATION_TYPE)]
+    kept = [item for item in block["citations"] if not (isinstance(item, dict) and _kind(item) == CITATION_TYPE)]
     return {key: value for key, value in block.items() if key != "citations"} | ({"citations": kept} if kept else {})
+
+
+def _call(block: dict[str, Any], where: str) -> tuple[str, str, dict[str, Any]]:
+    """A `server_tool_use` block's id, name and input, checked."""
+    call_id = checked(block.get("id", NOTHING), str, f"{where}.id", optional=False)
+    name = checked(block.get("name", NOTHING), str, f"{where}.name", optional=False)
+    given = checked(block.get("input", NOTHING), dict, f"{where}.input")
+    return call_id, name, given or {}
+
+
+def _result(block: dict[str, Any], where: str, call: dict[str, Any]) -> dict[str, Any]:
+    """A `web_search_tool_result` block as the app's `tool_result`: its results, its error, or (no `content`) that
+    the results are not in the history."""
+    content = checked(block.get("content", NOTHING), (list, dict), f"{where}.content")
+    code = None
+    if isinstance(content, dict):
+        code = checked(content.get("error_code", NOTHING), str, f"{where}.content.error_code", optional=False)
+    found = replay.sources(content, f"{where}.content") if isinstance(content, list) else None
+    text, failed = replay.result_text(query_of(call["input"]), found, code, call["name"])
+    return {"type": "tool_result", "tool_use_id": call["id"], "content": text} | ({"is_error": True} if failed else {})
 
 
 def _turned_back(messages: list[Any], names: Mapping[str, str]) -> Iterator[Any]:
     """The history with each run of records in an assistant turn split into the app's own turns: the assistant turn
     up to and with the calls (as `tool_use`), a user turn with their results (joined to the next user turn, results
-    first), then the assistant turn's rest."""
+    first), then the assistant turn's rest. A call whose result block is not there gets a result that says so."""
     carry: list[dict[str, Any]] = []  # results waiting for the next user turn
-    for turn in messages:
+    for at, turn in enumerate(messages):
         if carry:
             if isinstance(turn, dict) and turn.get("role") == "user":
                 own = turn.get("content")
@@ -174,36 +202,53 @@ def _turned_back(messages: list[Any], names: Mapping[str, str]) -> Iterator[Any]
         if not _recorded(turn):
             yield turn
             continue
-        calls: dict[Any, dict[str, Any]] = {}
+        calls: dict[str, dict[str, Any]] = {}  # this turn's calls of our tools, by id
+        answered: set[str] = set()
         part: list[Any] = []
-        results: list[dict[str, Any]] = []
-        for block in turn["content"]:
-            kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "server_tool_use" and block.get("name") in names:
-                calls[block.get("id")] = block
-                name = names[block["name"]]
-                part.append(
-                    {"type": "tool_use", "id": block.get("id"), "name": name, "input": block.get("input") or {}}
-                )
-            elif kind == "web_search_tool_result" and block.get("tool_use_id") in calls:
-                call = calls[block["tool_use_id"]]
-                content = block.get("content")
-                code = content.get("error_code") if isinstance(content, dict) else None
-                text, failed = result_text(query_of(call.get("input")), content, code or None, call["name"])
-                results.append(
-                    {"type": "tool_result", "tool_use_id": block["tool_use_id"], "content": text}
-                    | ({"is_error": True} if failed else {})
-                )
-            else:
-                if results:
-                    yield {**turn, "content": part}
-                    yield {"role": "user", "content": results}
-                    part, results = [], []
-                part.append(_uncited(block))
+        results: dict[str, dict[str, Any]] = {}  # the current run's calls, in order, with their results once seen
+        for number, block in enumerate(turn["content"]):
+            where = f"messages[{at}].content[{number}]"
+            kind = _kind(block) if isinstance(block, dict) else None
+            if kind == "server_tool_use":
+                call_id, name, given = _call(block, where)
+                if name in names:
+                    if call_id in calls:
+                        raise RequestRefused(f"{where}.id: {call_id!r} is the id of an earlier server_tool_use")
+                    calls[call_id] = {"id": call_id, "name": name, "input": given}
+                    part.append({"type": "tool_use", "id": call_id, "name": names[name], "input": given})
+                    results[call_id] = {}
+                    continue
+            elif kind == "web_search_tool_result":
+                call_id = checked(block.get("tool_use_id", NOTHING), str, f"{where}.tool_use_id", optional=False)
+                if call_id not in calls or call_id in answered:
+                    raise RequestRefused(
+                        f"{where}.tool_use_id: {call_id!r} is not the id of a server_tool_use before it in this turn"
+                        if call_id not in calls
+                        else f"{where}.tool_use_id: the server_tool_use {call_id!r} has a result already, or other"
+                        " blocks stand between them"
+                    )
+                answered.add(call_id)
+                results[call_id] = _result(block, where, calls[call_id])
+                continue
+            if any(results.values()):  # the calls' results end here: the app's turns around them
+                answered.update(results)  # a result later in the turn would answer a call already answered
+                yield {**turn, "content": part}
+                yield {"role": "user", "content": _completed(results, calls)}
+                part, results = [], {}
+            part.append(_uncited(block))
         if results:
             yield {**turn, "content": part}
-            carry = results
+            carry = _completed(results, calls)
         elif part:
             yield {**turn, "content": part}
     if carry:
         yield {"role": "user", "content": carry}
+
+
+def _completed(results: dict[str, dict[str, Any]], calls: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's results in its calls' order; a call without one gets a result saying its results are not here."""
+    return [
+        result
+        or {"type": "tool_result", "tool_use_id": call_id, "content": replay.unseen(query_of(calls[call_id]["input"]))}
+        for call_id, result in results.items()
+    ]

@@ -11,7 +11,8 @@ import orjson
 
 from ..payload import JSONObject
 from ..reasoning import kept_positions
-from . import NativeCall, NativeFormat, NativeRound, NativeRun, Source, citations, encode_text, result_text
+from . import UNAVAILABLE, NativeCall, NativeFormat, NativeRound, NativeRun, Source, citations, encode_text, replay
+from .replay import NOTHING, checked
 
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 RECORD_TYPE = "web_search_call"
@@ -36,18 +37,21 @@ def searching(search: NativeCall) -> dict[str, Any]:
 
 def web_search_call(run: NativeRun) -> dict[str, Any]:
     """The `web_search_call` item of one call; `results` (not in the SDK's type, which keeps it) carries what the
-    model read to the next turn, as `encrypted_content` does on Messages."""
+    model read to the next turn, as `encrypted_content` does on Messages. A tool's plain text has no results to
+    carry: the item has none, and the next turn says the results are not in the history (see replay.py)."""
     sources = run.result.sources
-    return {
+    item: dict[str, Any] = {
         "type": RECORD_TYPE,
         "id": record_id(run.call),
         "status": "failed" if run.error_code else "completed",
         "action": {"type": "search", "query": run.query, "sources": [{"type": "url", "url": s.url} for s in sources]},
-        "results": [
+    }
+    if run.error_code is not None or run.holds_results():
+        item["results"] = [
             {"url": s.url, "title": s.title, "encrypted_content": encode_text(s.text), "page_age": s.page_age}
             for s in sources
-        ],
-    }
+        ]
+    return item
 
 
 def _is_run(item: Any, run: NativeRun) -> bool:
@@ -114,25 +118,38 @@ class ResponsesNative(NativeFormat):
         if not any(isinstance(item, dict) and item.get("type") == RECORD_TYPE for item in items):
             return body
         turned: list[Any] = []
-        for item in items:
+        for number, item in enumerate(items):
             if not isinstance(item, dict) or item.get("type") != RECORD_TYPE:
                 turned.append(_uncited(item))
                 continue
-            action = item.get("action")
-            action = action if isinstance(action, dict) else {}
-            query = action.get("query") if isinstance(action.get("query"), str) else None
-            results = item.get("results")
-            if not isinstance(results, list):  # a client that kept only the SDK's fields: the URLs are what is left
-                results = [
-                    {"url": s.get("url"), "title": ""} for s in action.get("sources") or [] if isinstance(s, dict)
-                ]
-            failed = item.get("status") == "failed"
-            text, _ = result_text(query, results, "unavailable" if failed else None, name)
-            call_id = str(item.get("id") or record_id({}))
+            call_id, query, text = _replayed(item, f"input[{number}]", name)
             arguments = orjson.dumps({"query": query} if query is not None else {}).decode()
             turned.append({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
             turned.append({"type": "function_call_output", "call_id": call_id, "output": text})
         return {**body, "input": turned}
+
+
+def _replayed(item: dict[str, Any], where: str, name: str) -> tuple[str, str | None, str]:
+    """A `web_search_call` item, checked: its id, its query, and the text of its results for the app.
+
+    The results are the item's `results` (ours: what the model read), else the URLs of `action.sources`; an item
+    with neither (Codex's, which keeps only the query; OpenAI gives `sources` only when asked) says nothing of what
+    the search found, and the model is told its results are not in the history.
+    """
+    call_id = checked(item.get("id", NOTHING), str, f"{where}.id") or record_id({})
+    status = checked(item.get("status", NOTHING), str, f"{where}.status")
+    action = checked(item.get("action", NOTHING), dict, f"{where}.action") or {}
+    query = checked(action.get("query", NOTHING), str, f"{where}.action.query")
+    results = checked(item.get("results", NOTHING), list, f"{where}.results")
+    listed = checked(action.get("sources", NOTHING), list, f"{where}.action.sources")
+    if results is not None:
+        found: list[Source] | None = replay.sources(results, f"{where}.results")
+    elif listed:  # a client that kept only the SDK's fields: the URLs are what is left
+        found = [Source(s.url, "") for s in replay.sources(listed, f"{where}.action.sources")]
+    else:
+        found = None
+    text, _ = replay.result_text(query, found, UNAVAILABLE if status == "failed" else None, name)
+    return call_id, query, text
 
 
 def _uncited(item: Any) -> Any:

@@ -1,0 +1,208 @@
+"""Native search domain filters read URLs as a browser does (docs/native-tools.md#the-tools-options), and refuse
+filters that are not lists of domains with a 400 in the route's shape, under the official SDKs."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from anthropic.types import WebSearchToolResultBlock
+from conftest import anthropic_client, openai_client
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
+from agentic_middleware.native import NativeOptions, Source, search_result
+from agentic_middleware.surfaces import ToolResult
+from agentic_middleware.testing import ScriptedModel, chat_completion, message, response, tool_use
+
+
+def searching(*urls: str) -> tuple[ScriptedModel, ServerTools]:
+    """A model that searches once then answers, and a web_search tool that finds a page at each URL."""
+
+    @server_tool(name="web_search", description="Search the web.")
+    async def web_search(query: str) -> ToolResult:
+        return search_result(query, [Source(url, f"Page {n}", "Text.") for n, url in enumerate(urls)])
+
+    model = ScriptedModel(message("Looking.", tool_use("web_search", {"query": "q"})), message("Done."))
+    return model, ServerTools([web_search], native={"web_search": "web_search"})
+
+
+async def kept(filters: dict[str, Any], *urls: str) -> list[str]:
+    """The URLs of the search's record the client gets, under the anthropic SDK."""
+    model, hook = searching(*urls)
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[hook])).messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "Search."}],
+        tools=[{"type": "web_search_20250305", "name": "web_search", **filters}],  # type: ignore[list-item]
+    )
+    (record,) = [block for block in reply.content if isinstance(block, WebSearchToolResultBlock)]
+    assert isinstance(record.content, list)
+    return [result.url for result in record.content]
+
+
+ALLOWED = {"allowed_domains": ["allowed.com"]}
+LOOPBACK = {"blocked_domains": ["127.0.0.1"]}
+EVIL = {"blocked_domains": ["evil.com"]}
+
+
+@pytest.mark.parametrize(
+    ("filters", "url", "passes"),
+    [
+        # A backslash ends the host, as in a browser: this is a page of evil.com (urlsplit read allowed.com).
+        (ALLOWED, "http://evil.com\\@allowed.com/x", False),
+        (ALLOWED, "http://allowed.com\\@evil.com/x", True),  # and this one of allowed.com
+        (ALLOWED, "https://user:pw@allowed.com/x", True),
+        (ALLOWED, "https://allowed.com@evil.com/x", False),
+        # IPv4 addresses in every form a browser reads as 127.0.0.1
+        (LOOPBACK, "http://2130706433/", False),
+        (LOOPBACK, "http://0x7f.1/", False),
+        (LOOPBACK, "http://0177.0.0.1/", False),
+        (LOOPBACK, "http://127.1/", False),
+        (LOOPBACK, "http://127.0.0.1./", False),
+        (LOOPBACK, "http://[::ffff:127.0.0.1]/", False),  # IPv4-mapped IPv6 reaches the same address
+        (LOOPBACK, "http://127.0.0.2/", True),
+        ({"blocked_domains": ["[::1]"]}, "http://[0:0::1]/", False),
+        ({"blocked_domains": ["2130706433"]}, "http://127.0.0.1/", False),  # the filter's own spelling is read too
+        # Percent-encoded, upper-case, trailing-dot hosts; tabs and newlines, which a browser removes
+        (EVIL, "http://%65vil.com/", False),
+        (EVIL, "HTTP://EVIL.COM./", False),
+        (EVIL, " http://ev\til.com/ ", False),
+        (EVIL, "http://sub.evil.com:8080/", False),
+        (EVIL, "http://notevil.com/", True),
+        # Scheme-less URLs, read as an address bar reads them, `//` inside or not
+        (EVIL, "evil.com/x", False),
+        (EVIL, "evil.com/a//b", False),
+        (EVIL, "//evil.com/x", False),
+        (EVIL, "\\\\evil.com/x", False),
+        (ALLOWED, "allowed.com/a//b", True),
+        # What a filter cannot judge fails closed: no http(s) URL, no host, not a URL at all
+        (EVIL, "javascript:alert(1)", False),
+        (EVIL, "ftp://other.com/", False),
+        (EVIL, "/relative/page", False),
+        (EVIL, "http://exa mple.com/", False),
+        (EVIL, "", False),
+        (ALLOWED, "data:text/html,allowed.com", False),
+        # Paths: a backslash is a separator, dot segments resolved, and what stays ambiguous is judged closed
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test\\docs\\keys", False),
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/x/../docs/keys", False),
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/docs/%2e%2e/x", True),  # the browser opens /x
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/docs/..%2fx", False),
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/Docs/keys", False),
+        ({"allowed_domains": ["good.test/docs"]}, "http://good.test/docs/..%2fprivate", False),
+        ({"allowed_domains": ["good.test/docs"]}, "http://good.test/Docs/a", False),
+        ({"allowed_domains": ["good.test/docs"]}, "http://good.test/docs/a", True),
+        ({"allowed_domains": ["*.good.test"]}, "http://good.test/", False),  # a wildcard: subdomains only
+        ({"allowed_domains": ["*.good.test"]}, "http://a.good.test/", True),
+    ],
+)
+async def test_result_urls_are_read_as_a_browser_reads_them(filters: dict[str, Any], url: str, passes: bool) -> None:
+    assert await kept(filters, url, "http://other.test/") == ([url] if passes else []) + (
+        ["http://other.test/"] if "allowed_domains" not in filters else []
+    )
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_any_text_as_a_url_is_judged_without_an_error(url: str) -> None:
+    for options in (NativeOptions.read(ALLOWED), NativeOptions.read(EVIL)):
+        assert options.allows(url) in (True, False)
+
+
+ANTHROPIC_REFUSED = [
+    ({"allowed_domains": "allowed.com"}, "tools[0].allowed_domains must be a list of domain strings, got a string"),
+    ({"blocked_domains": {"evil.com": True}}, "tools[0].blocked_domains must be a list"),
+    ({"blocked_domains": ["evil.com", 3]}, "tools[0].blocked_domains must be a list"),
+    ({"allowed_domains": ["allowed.com:8080"]}, "tools[0].allowed_domains[0] is not a domain"),
+    ({"blocked_domains": ["ok.test", "user@evil.com"]}, "tools[0].blocked_domains[1] is not a domain"),
+    ({"blocked_domains": [""]}, "tools[0].blocked_domains[0] is not a domain"),
+    ({"blocked_domains": ["ftp://evil.com"]}, "tools[0].blocked_domains[0] is not a domain"),
+    ({"max_uses": "2"}, "tools[0].max_uses must be a positive integer"),
+    ({"user_location": "Paris"}, "tools[0].user_location must be an object"),
+]
+
+
+@pytest.mark.parametrize(("options", "said"), ANTHROPIC_REFUSED)
+async def test_malformed_native_options_are_refused_with_400_in_anthropic_s_shape(
+    options: dict[str, Any], said: str
+) -> None:
+    model, hook = searching("http://allowed.com/")
+    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[hook], error_details=False))
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await client.messages.create(
+            model="m",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "Search."}],
+            tools=[{"type": "web_search_20250305", "name": "web_search", **options}],  # type: ignore[list-item]
+        )
+    assert refused.value.status_code == 400
+    assert isinstance(refused.value.body, dict) and refused.value.body["type"] == "error"
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    assert said in refused.value.body["error"]["message"]  # shown even with error details hidden
+    assert model.requests == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "said"),
+    [
+        ({"type": "web_search", "filters": {"allowed_domains": "allowed.com"}}, "tools[0].filters.allowed_domains"),
+        ({"type": "web_search", "filters": ["allowed.com"]}, "tools[0].filters must be an object"),
+        ({"type": "web_search", "filters": {"allowed_domains": ["a b"]}}, "tools[0].filters.allowed_domains[0]"),
+    ],
+)
+async def test_malformed_filters_are_refused_with_400_in_the_responses_shape(tool: dict[str, Any], said: str) -> None:
+    model, hook = searching("http://allowed.com/")
+    with pytest.raises(openai.BadRequestError) as refused:
+        await openai_client(AgenticLoopMiddleware(model, hooks=[hook])).responses.create(
+            model="m",
+            input="Search.",
+            tools=[tool],  # type: ignore[list-item]
+        )
+    assert refused.value.status_code == 400 and refused.value.code == "invalid_request"
+    assert isinstance(refused.value.body, dict) and refused.value.body["type"] == "invalid_request_error"
+    assert said in refused.value.message
+    assert model.requests == []
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ("search", "web_search_options must be an object, got a string"),
+        ({"allowed_domains": "allowed.com"}, "web_search_options.allowed_domains must be a list"),
+    ],
+)
+async def test_malformed_web_search_options_are_refused_with_400_in_the_chat_shape(options: Any, said: str) -> None:
+    model = ScriptedModel(chat_completion("Done."))
+    _, hook = searching("http://allowed.com/")
+    with pytest.raises(openai.BadRequestError) as refused:
+        await openai_client(AgenticLoopMiddleware(model, hooks=[hook])).chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "Search."}],
+            web_search_options=options,
+        )
+    assert refused.value.status_code == 400 and refused.value.code == "invalid_request"
+    assert said in refused.value.message
+    assert model.requests == []
+
+
+async def test_well_formed_filters_still_reach_the_app_on_responses() -> None:
+    model, hook = searching("http://allowed.com/")
+    model.script = [response("Done.")]
+    answer = await openai_client(AgenticLoopMiddleware(model, hooks=[hook])).responses.create(
+        model="m",
+        input="Search.",
+        tools=[{"type": "web_search", "filters": {"allowed_domains": ["allowed.com"]}}],
+    )
+    assert answer.output_text == "Done."
+
+
+def test_native_tools_without_the_url_parser_fail_when_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, hook = searching()
+    monkeypatch.setitem(sys.modules, "ada_url", None)  # as if the `native` extra were not installed
+    with pytest.raises(ConfigurationError, match=r"agentic-middleware\[native\]"):
+        ServerTools(list(hook.by_name.values()), native={"web_search": "web_search"})
+    ServerTools(list(hook.by_name.values()))  # a plain server tool needs no parser
