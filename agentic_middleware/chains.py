@@ -6,7 +6,9 @@ first round's (the SDKs' stream helpers need one id from `response.created` to t
 a closing call (`closing="text"`, or a server call next to a client's call) ends on a response whose server calls
 never ran. For those, and only those, a small record is kept under the id the client got: the response to chain
 from (the turn's last) and the items the follow-up must carry first (an output for each server call left
-unanswered). A request whose `previous_response_id` names a record is rewritten before any call of the app.
+unanswered). A request whose `previous_response_id` names a record is rewritten before any call of the app. A
+record is bound to the caller whose turn made it (callers.py): it is stored under a key naming that caller, and a
+request of another caller neither finds, uses nor changes it.
 
 This is the one state the middleware keeps between requests. The default store is in the process (bounded, with a
 time to live); replicas share one by passing a `ChainStore` of their own (Redis or the like) to the middleware.
@@ -14,6 +16,7 @@ time to live); replicas share one by passing a `ChainStore` of their own (Redis 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import time
@@ -21,10 +24,9 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-import orjson
-from starlette.types import Message, Send
+from starlette.types import Scope
 
-from .asgi import media_type, with_length
+from .callers import Caller, identify, key_hash
 from .errors import ConfigurationError
 from .surfaces import field
 from .surfaces.responses import CALL_TYPES, input_items
@@ -42,14 +44,15 @@ NOT_RUN_OTHERWISE = "Not run: the server ended that request before running this 
 
 @runtime_checkable
 class ChainStore(Protocol):
-    """Where the records live: a mapping from the id a client got to a JSON object (`previous_response_id`, the id to
-    chain from, and `input`, the items to put first). Values are plain JSON, so a shared store can keep them as
-    `orjson.dumps(chain)`. `get` returns None for an id it does not hold (or no longer holds). A store may also have
-    `async delete(id)`: a client's `DELETE` of a recorded id then drops its record (followups.py)."""
+    """Where the records live: a mapping from a key (`chain_key`: the caller and the id a client got) to a JSON
+    object (`previous_response_id`, the id to chain from; `input`, the items to put first; `caller`, the key's
+    caller part; `deleted` once the app deleted the client's id). Values are plain JSON, so a shared store can keep
+    them as `orjson.dumps(chain)`. `get` returns None for a key it does not hold (or no longer holds). A store may
+    also have `async delete(key)`: a client's `DELETE` of a recorded id then drops its record (followups.py)."""
 
-    async def get(self, response_id: str) -> dict[str, Any] | None: ...
+    async def get(self, key: str) -> dict[str, Any] | None: ...
 
-    async def put(self, response_id: str, chain: dict[str, Any]) -> None: ...
+    async def put(self, key: str, chain: dict[str, Any]) -> None: ...
 
 
 class MemoryChainStore:
@@ -66,53 +69,80 @@ class MemoryChainStore:
     def __len__(self) -> int:
         return len(self.entries)
 
-    async def get(self, response_id: str) -> dict[str, Any] | None:
-        entry = self.entries.get(response_id)
+    async def get(self, key: str) -> dict[str, Any] | None:
+        entry = self.entries.get(key)
         if entry is None:
             return None
         if entry[0] <= time.monotonic():
-            del self.entries[response_id]
+            del self.entries[key]
             return None
-        self.entries.move_to_end(response_id)
+        self.entries.move_to_end(key)
         return entry[1]
 
-    async def put(self, response_id: str, chain: dict[str, Any]) -> None:
-        self.entries[response_id] = (time.monotonic() + self.ttl, chain)
-        self.entries.move_to_end(response_id)
+    async def put(self, key: str, chain: dict[str, Any]) -> None:
+        self.entries[key] = (time.monotonic() + self.ttl, chain)
+        self.entries.move_to_end(key)
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
 
-    async def delete(self, response_id: str) -> None:
-        self.entries.pop(response_id, None)
+    async def delete(self, key: str) -> None:
+        self.entries.pop(key, None)
+
+
+class ChainsUnavailable(Exception):
+    """The store or the caller function failed where the middleware must know whether a record exists (a DELETE)."""
+
+
+def chain_key(caller: str | None, response_id: str) -> str:
+    """The store's key of a record: the caller (hashed, so that a store's keys name no one) and the id the client
+    got. A request that names no one has keys of its own (`-:`), shared by every such request."""
+    who = "-" if caller is None else hashlib.sha256(caller.encode()).hexdigest()[:32]
+    return f"{who}:{response_id}"
 
 
 class Chains:
-    """Records what an incomplete turn's follow-up needs, and rewrites that follow-up."""
+    """Records what an incomplete turn's follow-up needs, and rewrites that follow-up; every record is bound to the
+    caller whose turn made it (callers.py): another caller's request never finds it."""
 
-    def __init__(self, store: ChainStore) -> None:
+    def __init__(self, store: ChainStore, caller: Caller = key_hash) -> None:
         self.store = store
+        self.caller = caller
 
-    async def resume(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        """The request rewritten to chain from the recorded response, its items first; None: nothing recorded.
+    async def key(self, scope: Scope, response_id: str) -> str:
+        """The store's key of `response_id` for this request's caller; raises when the caller function fails."""
+        return chain_key(await identify(scope, self.caller), response_id)
 
-        A store that fails leaves the request as it is (it may then fail at the app, as without a record)."""
+    async def resume(self, body: dict[str, Any], scope: Scope) -> dict[str, Any] | None:
+        """The request rewritten to chain from the recorded response, its items first; None: nothing recorded for
+        this caller.
+
+        A store or caller function that fails leaves the request as it is (it may then fail at the app, as without
+        a record)."""
         previous = body.get("previous_response_id")
         items = body.get("input")
         if not isinstance(previous, str) or not isinstance(items, str | list | None):
             return None
-        chain = await self.read(previous)
-        if chain is None:
+        try:
+            key = await self.key(scope, previous)
+        except Exception:
+            logger.warning("the caller function failed: the request goes as sent", exc_info=True)
+            return None
+        chain = await self.read(key)
+        if chain is None or chain.get("deleted"):  # a deleted id fails at the app as any deleted id does
             return None
         given = input_items(body) or []
         return {**body, "previous_response_id": chain["previous_response_id"], "input": [*chain["input"], *given]}
 
-    async def read(self, response_id: str) -> dict[str, Any] | None:
-        """The record of an id, if the store holds a well-formed one; a store that fails, or a record of another
-        shape, is logged as a warning and taken as none."""
+    async def read(self, key: str, strict: bool = False) -> dict[str, Any] | None:
+        """The record under a key, if the store holds a well-formed one made by that key's caller; a store that
+        fails (`strict`: raises `ChainsUnavailable`), or a record of another shape, is logged as a warning and
+        taken as none."""
         try:
-            chain = await self.store.get(response_id)
-        except Exception:
-            logger.warning("the chain store failed to read %r: the request goes as sent", response_id, exc_info=True)
+            chain = await self.store.get(key)
+        except Exception as error:
+            logger.warning("the chain store failed to read %r: the request goes as sent", key, exc_info=True)
+            if strict:
+                raise ChainsUnavailable("the chain store failed") from error
             return None
         if chain is None:
             return None
@@ -120,37 +150,52 @@ class Chains:
             isinstance(chain, Mapping)
             and isinstance(chain.get("previous_response_id"), str)
             and isinstance(chain.get("input"), list)
+            and chain.get("caller") == key.partition(":")[0]
         ):
             logger.warning(
-                "the chain store's record of %r is not {previous_response_id: str, input: list}: the request goes as "
-                "sent (got %.200r)",
-                response_id,
+                "the chain store's record of %r is not {previous_response_id: str, input: list, caller: str} for "
+                "that caller: the request goes as sent (got %.200r)",
+                key,
                 chain,
             )
             return None
         return dict(chain)
 
-    async def forget(self, response_id: str) -> str | None:
-        """Drop the record of an id (when the store has `delete`); the id it chained to, if it had one."""
-        chain = await self.read(response_id)
-        if chain is None:
-            return None
+    async def lookup(self, scope: Scope, response_id: str) -> tuple[str, dict[str, Any] | None]:
+        """The key and record of an id for this request's caller; raises `ChainsUnavailable` when the caller
+        function or the store fails (a DELETE must not answer as if there were no record)."""
+        try:
+            key = await self.key(scope, response_id)
+        except Exception as error:
+            logger.warning("the caller function failed", exc_info=True)
+            raise ChainsUnavailable("the caller function failed") from error
+        return key, await self.read(key, strict=True)
+
+    async def mark_deleted(self, key: str, chain: dict[str, Any]) -> None:
+        """Note that the app deleted the client's id: a retried DELETE goes on to the chained response."""
+        try:
+            await self.store.put(key, {**chain, "deleted": True})
+        except Exception:
+            logger.warning("the chain store failed to update %r", key, exc_info=True)
+
+    async def drop(self, key: str) -> None:
+        """Drop a record (when the store has `delete`)."""
         delete = getattr(self.store, "delete", None)
-        if delete is not None:
-            try:
-                await delete(response_id)
-            except Exception:
-                logger.warning("the chain store failed to delete %r", response_id, exc_info=True)
-        return str(chain["previous_response_id"])
+        if delete is None:
+            return
+        try:
+            await delete(key)
+        except Exception:
+            logger.warning("the chain store failed to delete %r", key, exc_info=True)
 
     async def record(
-        self, body: Mapping[str, Any], last: Any, final: Any, events: Any, reason: str, limit: int
+        self, scope: Scope, body: Mapping[str, Any], last: Any, final: Any, events: Any, reason: str, limit: int
     ) -> None:
         """After a turn: a record under the id the client got when it does not name a complete stored response.
 
-        `body` is the last call's request, `last` the app's last answer (the stored response), `final` the client's
-        answer, `events` the client's stream if any (a live stream's id is its first round's), `reason` why the loop
-        ended (with `limit`, for the outputs' text)."""
+        `scope` names the caller, `body` is the last call's request, `last` the app's last answer (the stored
+        response), `final` the client's answer, `events` the client's stream if any (a live stream's id is its
+        first round's), `reason` why the loop ended (with `limit`, for the outputs' text)."""
         if body.get("store") is False or not isinstance(last, Mapping) or final is None:
             return
         relay = getattr(events, "relay", None)
@@ -171,17 +216,25 @@ class Chains:
         if client_id == last_id and not outputs:
             return  # the client's id names the turn's last response, which answers every call it holds
         try:
-            await self.store.put(client_id, {"previous_response_id": last_id, "input": outputs})
+            key = await self.key(scope, client_id)
+        except Exception:
+            logger.warning("the caller function failed: %r is not recorded, its follow-up may fail", client_id)
+            return
+        chain = {"previous_response_id": last_id, "input": outputs, "caller": key.partition(":")[0]}
+        try:
+            await self.store.put(key, chain)
         except Exception:
             logger.warning("the chain store failed to record %r: its follow-up may fail", client_id, exc_info=True)
 
 
-def chains_of(option: ChainStore | bool | None) -> Chains | None:
-    """The middleware's `chain_store` option: None or True, a `MemoryChainStore`; False, none; else the store given."""
+def chains_of(option: ChainStore | bool | None, caller: Caller | None = None) -> Chains | None:
+    """The middleware's `chain_store` option: None or True, a `MemoryChainStore`; False, none; else the store given.
+    `caller` is the middleware's (callers.py), `key_hash` by default."""
+    caller = key_hash if caller is None else caller
     if option is False:
         return None
     if option is None or option is True:
-        return Chains(MemoryChainStore())
+        return Chains(MemoryChainStore(), caller)
     if (
         isinstance(option, type)
         or not isinstance(option, ChainStore)
@@ -190,39 +243,4 @@ def chains_of(option: ChainStore | bool | None) -> Chains | None:
         raise ConfigurationError(
             f"chain_store must be a store (an instance) with async get(id) and put(id, chain), or a bool: {option!r}"
         )
-    return Chains(option)
-
-
-class ShownId:
-    """The `send` of a rewritten follow-up: its answer shows the `previous_response_id` the client sent, not the
-    recorded one the app got (the turn's internal last response). JSON answers are read whole and given their new
-    length; an event stream is rewritten message by message (the app's events arrive whole in practice)."""
-
-    def __init__(self, send: Send, recorded: str, given: str) -> None:
-        self.send = send
-        self.recorded = orjson.dumps(recorded)
-        self.given = orjson.dumps(given)
-        self.start: Message | None = None  # a JSON answer's start, held until its body is whole
-        self.chunks: list[bytes] = []
-        self.plain = True  # not content-encoded
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            kind, encoded = media_type(message.get("headers", ()))
-            self.plain = not encoded
-            if self.plain and kind == b"application/json":
-                self.start = message
-                return
-        elif message["type"] == "http.response.body" and self.plain:
-            body = message.get("body", b"")
-            if self.start is not None:
-                self.chunks.append(body)
-                if message.get("more_body", False):
-                    return
-                body = b"".join(self.chunks).replace(self.recorded, self.given)
-                start, self.start = self.start, None
-                await self.send({**start, "headers": with_length(start.get("headers", ()), len(body))})
-                message = {**message, "body": body}
-            elif self.recorded in body:
-                message = {**message, "body": body.replace(self.recorded, self.given)}
-        await self.send(message)
+    return Chains(option, caller)

@@ -90,6 +90,7 @@ class Settings:
     closing_text: str = DEFAULT_CLOSING_TEXT
     internal_headers: Mapping[str, str] = field(default_factory=dict)
     gates_see_stream: bool = True
+    caller: Callable[..., Any] | None = None  # who is calling (callers.py); None: the key hash
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
@@ -139,6 +140,10 @@ class Settings:
             object.__setattr__(self, "on_round", _import_callable(self.on_round, "on_round", None))
         if self.on_round is not None and not callable(self.on_round):
             raise ConfigurationError(f"on_round must be a callable or a dotted path to one, got {self.on_round!r}")
+        if isinstance(self.caller, str):
+            object.__setattr__(self, "caller", _import_callable(self.caller, "caller", None))
+        if self.caller is not None and not callable(self.caller):
+            raise ConfigurationError(f"caller must be a callable or a dotted path to one, got {self.caller!r}")
         known = surfaces()
         if isinstance(self.routes, str) and self.routes in PRESETS:
             preset = {path: name for path, name in PRESETS[self.routes].items() if name in known}
@@ -340,8 +345,9 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     if options.get(MCP_SERVERS) is not None:
         hooks += _mcp_hooks(options.pop(MCP_SERVERS), f"{SECTION}.{MCP_SERVERS}", file)
     options.pop(MCP_SERVERS, None)
-    if isinstance(options.get("on_round"), str):
-        options["on_round"] = _import_callable(options["on_round"], f"{SECTION}.on_round in {file}", file.parent)
+    for name in ("on_round", "caller"):
+        if isinstance(options.get(name), str):
+            options[name] = _import_callable(options[name], f"{SECTION}.{name} in {file}", file.parent)
     # `os.environ/NAME` values arrive as strings: numbers and flags are read from them (a quoted YAML value is not).
     variables = {
         name: value.removeprefix(ENV_PREFIX)

@@ -37,6 +37,7 @@ from .observe import (
 )
 from .payload import JSONObject, parse_object
 from .precall import has_pre_call
+from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
 
@@ -237,7 +238,9 @@ class AgenticLoop(AskingHooks):
         if self.chains is not None and (self.depth or self.stop_reason != "finished"):
             # Before the client has its answer, so that its follow-up finds the record; an answer no hook acted on
             # is the app's own, its id complete.
-            await self.chains.record(self.body, self.app_answer, answer.data, self.events, self.stop_reason, self.limit)
+            await self.chains.record(
+                self.scope, self.body, self.app_answer, answer.data, self.events, self.stop_reason, self.limit
+            )
         return self.accounted(answer)
 
     def accounted(self, answer: Answer) -> Reply:
@@ -358,6 +361,8 @@ class AgenticLoop(AskingHooks):
             log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
             log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
         self.app_answer = answer.data
+        if isinstance(self.send, ShownIds) and answer.data is not None:  # the client never sees a round's own id
+            self.send.round(answer.data.get("id"), getattr(self.events, "relay", None))
         usage = answer.data.get("usage") if answer.data is not None else None
         self.usages.append(usage)
         self.round.usage = usage

@@ -12,7 +12,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start, read_body, replay, scope_with_body_length
 from .asking import is_internal_field
-from .chains import ChainStore, ShownId, chains_of
+from .callers import Caller
+from .chains import ChainStore, chains_of
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
@@ -21,6 +22,7 @@ from .loop import AgenticLoop, LoopSetup
 from .observe import Observer, RoundCallback
 from .precall import has_pre_call
 from .routes import warn_uncovered
+from .shown import ShownIds
 from .surfaces import Surface, surfaces
 from .tools import share_tools
 
@@ -34,7 +36,8 @@ class AgenticLoopMiddleware:
     order. `config` is a YAML file (or settings from `load_config`); options given
     here win over it, and `hooks` given here replace its callbacks. `chain_store` keeps what a follow-up by
     `previous_response_id` needs after a Responses turn whose id names an incomplete stored response (chains.py):
-    in this process by default, a `ChainStore` shared by replicas, or False for none.
+    in this process by default, a `ChainStore` shared by replicas, or False for none. `caller(scope)` (sync or async,
+    or a dotted path) says who is calling, so that its records serve that caller alone (callers.py).
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class AgenticLoopMiddleware:
         internal_headers: Mapping[str, str] | None = None,
         gates_see_stream: bool | None = None,
         chain_store: ChainStore | bool | None = None,
+        caller: Caller | str | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -86,11 +90,12 @@ class AgenticLoopMiddleware:
             closing_text=closing_text,
             internal_headers=internal_headers,
             gates_see_stream=gates_see_stream,
+            caller=caller,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         share_tools(self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)
-        self.chains = chains_of(chain_store)
+        self.chains = chains_of(chain_store, self.settings.caller)
         self.setup = LoopSetup(
             app,
             self.hooks,
@@ -138,10 +143,11 @@ class AgenticLoopMiddleware:
             changed = any(map(is_internal_field, body))  # fields only trusted server code may set
             if changed:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
-            if self.chains is not None and surface.chains_by_id and "previous_response_id" in body:
-                resumed = await self.chains.resume(body)
-                if resumed is not None:  # the answer shows the id the client sent
-                    send = ShownId(send, resumed["previous_response_id"], body["previous_response_id"])
+            if surface.chains_by_id:  # internal ids never reach the client (shown.py)
+                send = shown = ShownIds(send)
+                resumed = await self.chains.resume(body, scope) if self.chains is not None else None
+                if resumed is not None:
+                    shown.hide(resumed["previous_response_id"], body["previous_response_id"])
                     body, changed = resumed, True
             streaming = body.get("stream") is True
             mode = self.stream_mode(body) if streaming and self.hooks else None

@@ -5,6 +5,7 @@ against an app that stores like OpenAI, which refuses such a chain with 400."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 from typing import Any
 
@@ -15,7 +16,7 @@ from conftest import openai_client
 from storing import StoringModel
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError
-from agentic_middleware.chains import MemoryChainStore
+from agentic_middleware.chains import MemoryChainStore, chain_key
 from agentic_middleware.testing import ScriptedModel, function_call, response
 from agentic_middleware.tools import ServerTools, server_tool
 from examples.gateway import serving
@@ -234,7 +235,8 @@ async def test_a_plugged_store_is_used_and_written_before_the_client_has_its_ans
         follow_up = await client.responses.create(model="m", input="and then?", previous_response_id=first.id)
 
     assert follow_up.output_text == FOLLOW_UP
-    assert list(chains.values) == [first.id] and chains.gets == [first.id]
+    key = chain_key(hashlib.sha256(b"k").hexdigest(), first.id)  # bound to the caller: its key's hash
+    assert list(chains.values) == [key] and chains.gets == [key]
     assert store.model.requests[-1].body["previous_response_id"] == store.answers[1]["id"]
 
 
@@ -358,7 +360,7 @@ async def test_a_malformed_record_is_logged_and_skipped(record: Any, caplog: pyt
 
     assert follow_up.output_text == FOLLOW_UP
     assert store.model.requests[-1].body["previous_response_id"] == first.id  # as sent
-    assert "is not {previous_response_id: str, input: list}" in caplog.text
+    assert "is not {previous_response_id: str, input: list, caller: str} for that caller" in caplog.text
 
 
 class SyncStore:

@@ -10,11 +10,7 @@ import openai
 import orjson
 import pytest
 from conftest import openai_client
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
-from storing import StoringModel
+from storing import StoringModel, app_of
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import function_call, response
@@ -37,27 +33,6 @@ def storing() -> StoringModel:
         return response(function_call("lookup", {"key": "k"}, "call_s0"))
 
     return StoringModel(answer)
-
-
-def app_of(store: StoringModel, prefix: str = "/v1") -> tuple[Starlette, list[str]]:
-    """The storing app serving `POST responses`, `compact`, `input_tokens` (each a check of the context, as the
-    API's are) and `DELETE responses/{id}`; the list gets each id it deleted."""
-    deleted: list[str] = []
-
-    async def delete(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        if store.stored.pop(response_id, None) is None:
-            return JSONResponse({"error": {"message": f"Response with id '{response_id}' not found."}}, 404)
-        deleted.append(response_id)
-        return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
-
-    routes = [
-        Route("/responses", store.model, methods=["POST"]),
-        Route("/responses/compact", store.model, methods=["POST"]),
-        Route("/responses/input_tokens", store.model, methods=["POST"]),
-        Route("/responses/{response_id}", delete, methods=["DELETE"]),
-    ]
-    return Starlette(routes=[Mount(prefix, routes=routes)]), deleted
 
 
 async def live_turn(client: openai.AsyncOpenAI) -> Any:
@@ -103,7 +78,7 @@ async def test_deleting_a_recorded_id_deletes_the_turns_last_response_and_forget
     first = await live_turn(client)
     await client.responses.delete(first.id)
 
-    assert deleted == [store.answers[1]["id"], first.id]  # the turn's last response (the whole turn), then the id
+    assert deleted == [first.id, store.answers[1]["id"]]  # the id, then the turn's last response (the whole turn)
     with pytest.raises(openai.NotFoundError):
         await client.responses.create(model="m", input="and?", previous_response_id=first.id)
 
@@ -122,7 +97,11 @@ async def test_a_compact_request_over_max_body_bytes_is_passed_on_as_sent() -> N
         "path": "/v1/responses/compact",
         "raw_path": b"/v1/responses/compact",
         "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"authorization", b"Bearer test-key"),  # the first turn's caller
+        ],
         "state": {},
     }
     statuses: list[int] = []
