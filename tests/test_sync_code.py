@@ -10,9 +10,10 @@ import asyncio
 import threading
 from typing import Any
 
+import anyio.to_thread
 import httpx
 import pytest
-from conftest import http_client
+from conftest import anthropic_client, http_client
 from support import Route, post
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
@@ -142,3 +143,51 @@ async def test_hook_timeout_applies_to_a_sync_hook_method(route: Route) -> None:
 
     assert response.status_code == 500
     assert "async_should_run_agentic_loop failed: timed out after hook_timeout=0.1 s" in route.error(response.json())[1]
+
+
+async def test_sync_tools_past_their_timeout_keep_their_thread_slot_so_hung_calls_never_grow_the_threads() -> None:
+    """A hung thread keeps its slot until it returns: hundreds of requests whose sync tool hangs never take the
+    process past the thread limit, the calls that found no free slot are answered with a timeout the model reads,
+    and none of them runs later."""
+    route = Route("messages")
+    release = threading.Event()
+    ran = []
+
+    @server_tool
+    def hangs() -> str:
+        ran.append(1)
+        release.wait(60)
+        return "late result"
+
+    def reply(request: RecordedRequest) -> Any:
+        if request.body["messages"][0]["content"] == "warm up":
+            return route.text("ready")
+        if len(request.body["messages"]) == 1:
+            return route.calls(("hangs", {}))
+        return route.text(f"the tool said: {tool_result_of(request)}")
+
+    model = ScriptedModel(default=reply)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([hangs], timeout=0.3)])
+    client = anthropic_client(app)
+    limiter = anyio.to_thread.current_default_thread_limiter()
+
+    async def ask(text: str = "hi") -> str:
+        reply = await client.messages.create(
+            model="scripted", max_tokens=100, messages=[{"role": "user", "content": text}]
+        )
+        return "".join(block.text for block in reply.content if block.type == "text")
+
+    assert await asyncio.gather(*(ask("warm up") for _ in range(20))) == ["ready"] * 20  # the SDK's own threads exist
+    baseline = threading.active_count()
+    try:
+        answers = []
+        for wave in (60, 100, 140):  # each wave after the last one's calls were abandoned at their timeout
+            answers += await asyncio.wait_for(asyncio.gather(*(ask() for _ in range(wave))), 60)
+            assert threading.active_count() <= baseline + limiter.total_tokens
+        assert limiter.borrowed_tokens == limiter.total_tokens  # every slot held by a thread that still runs
+        assert answers == ["the tool said: hangs timed out after 0.3 s"] * 300
+    finally:
+        release.set()
+    while limiter.borrowed_tokens:  # the hung threads return, and give their slots back
+        await asyncio.sleep(0.01)
+    assert len(ran) == limiter.total_tokens  # the calls that waited for a slot past their timeout never ran
