@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -89,9 +90,50 @@ class ServerTool:
         except Exception as error:
             logger.warning("server tool %s failed: %s: %s", self.name, type(error).__name__, error)
             return ToolResult(f"{self.name} failed: {type(error).__name__}: {error}", True)
-        if isinstance(result, ToolResult):
-            return result
-        return ToolResult(result if isinstance(result, str) else orjson.dumps(result, default=str).decode())
+        try:
+            if isinstance(result, ToolResult):  # its content too: a tool may build one from any value
+                return result._replace(content=text_of(result.content))
+            return ToolResult(text_of(result))
+        except ValueError as error:  # a value no JSON can hold, such as a dict that contains itself
+            logger.warning("server tool %s returned a result that is not JSON: %s", self.name, error)
+            return ToolResult(f"{self.name} failed: its result cannot be written as JSON ({error})", True)
+
+
+def text_of(result: Any) -> str:
+    """A tool's result as the text the model reads: a string as it is, anything else as JSON.
+
+    The JSON is Python's, where orjson's stricter one refuses: integers past 64 bits stay exact, keys that are not
+    strings are written as strings, nesting deeper than orjson's 254 levels is kept; anything else that is not JSON is
+    written as its `str`. A lone surrogate (which UTF-8 cannot carry, so no body could) becomes U+FFFD. Raises
+    ValueError for a value no JSON can hold (one that contains itself, or nesting past Python's recursion limit).
+    """
+    if isinstance(result, str):
+        return result if _utf8(result) else _replace_surrogates(result)
+    try:
+        return orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, deep nesting, a cycle, a lone surrogate
+        pass
+    try:
+        text = json.dumps(result, default=str, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except TypeError as error:  # keys json cannot write either (a tuple)
+        raise ValueError(str(error)) from None
+    return text if _utf8(text) else _replace_surrogates(text)
+
+
+def _utf8(text: str) -> bool:
+    """Whether UTF-8 can carry the text (no lone surrogate): the bytes of a body must be UTF-8."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _replace_surrogates(text: str) -> str:
+    # Through UTF-16, a surrogate pair becomes its character again; a lone surrogate becomes U+FFFD.
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 @overload

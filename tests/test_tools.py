@@ -9,10 +9,20 @@ from typing import Any
 
 import pytest
 from conftest import anthropic_client, http_client, openai_client
+from streams import event_stream
 from support import Route, post
 
-from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
-from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, message, tool_use
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool, sse
+from agentic_middleware.testing import (
+    RecordedRequest,
+    ScriptedModel,
+    chat_completion,
+    function_call,
+    message,
+    response,
+    tool_call,
+    tool_use,
+)
 
 
 @pytest.fixture(params=["messages", "chat"])
@@ -261,3 +271,86 @@ async def test_a_tool_may_keep_per_request_state_in_logging_obj(route: Route) ->
         await post(client, route, route.request())
     assert len(set(seen)) == 1
     assert "a,b" in json.dumps(model.requests[2].body["messages"][-1])
+
+
+@server_tool
+def odd(kind: str) -> Any:
+    """Return a value that strict JSON cannot hold."""
+    if kind == "cycle":
+        looped: dict[str, Any] = {"name": "loop"}
+        looped["self"] = looped
+        return looped
+    return {"big": {"n": 2**70}, "keys": {1: "a"}, "surrogate": "a\ud800b"}[kind]
+
+
+ODD_KINDS = ["big", "keys", "cycle", "surrogate"]
+
+
+def odd_results(wire: str, body: dict[str, Any]) -> list[str]:
+    """The tool results a rerun carries, in call order."""
+    if wire == "messages":
+        return [block["content"] for block in body["messages"][-1]["content"]]
+    if wire == "chat":
+        return [item["content"] for item in body["messages"] if item["role"] == "tool"]
+    return [item["output"] for item in body["input"] if item.get("type") == "function_call_output"]
+
+
+def odd_model(wire: str) -> ScriptedModel:
+    """Calls `odd` once per kind, then answers; streams when asked to, in the route's own events."""
+    if wire == "messages":
+        calls, answer = message(*(tool_use("odd", {"kind": kind}) for kind in ODD_KINDS)), message("ok")
+    elif wire == "chat":
+        calls = chat_completion(tool_calls=[tool_call("odd", {"kind": kind}) for kind in ODD_KINDS])
+        answer = chat_completion("ok")
+    else:
+        calls, answer = response(*(function_call("odd", {"kind": kind}) for kind in ODD_KINDS)), response("ok")
+
+    def replying(body: dict[str, Any]) -> Any:
+        def reply(request: RecordedRequest) -> Any:
+            if not request.body.get("stream"):
+                return body
+            if wire == "messages":
+                return event_stream(list(sse.messages_events(body)))
+            if wire == "chat":
+                return event_stream(list(sse.chat_chunks(body, include_usage=False)))
+            return event_stream(list(sse.responses_events(body)))
+
+        return reply
+
+    return ScriptedModel(replying(calls), replying(answer))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("wire", ["messages", "chat", "responses"])
+async def test_results_strict_json_cannot_hold_reach_the_model_as_text_never_a_failed_request(
+    wire: str, stream: bool
+) -> None:
+    model = odd_model(wire)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([odd])])
+    question = [{"role": "user", "content": "go"}]
+    if wire == "messages":
+        client = anthropic_client(app)
+        if stream:
+            async with client.messages.stream(model="m", max_tokens=9, messages=question) as events:  # type: ignore[arg-type]
+                text = (await events.get_final_message()).content[0].text  # type: ignore[union-attr]
+        else:
+            text = (await client.messages.create(model="m", max_tokens=9, messages=question)).content[0].text  # type: ignore[arg-type,union-attr]
+    elif wire == "chat":
+        if stream:
+            async with openai_client(app).chat.completions.stream(model="m", messages=question) as chunks:  # type: ignore[arg-type]
+                text = (await chunks.get_final_completion()).choices[0].message.content
+        else:
+            completion = await openai_client(app).chat.completions.create(model="m", messages=question)  # type: ignore[arg-type]
+            text = completion.choices[0].message.content
+    elif stream:
+        async with openai_client(app).responses.stream(model="m", input="go") as events:
+            text = (await events.get_final_response()).output_text
+    else:
+        text = (await openai_client(app).responses.create(model="m", input="go")).output_text
+
+    assert text == "ok"
+    big, keys, cycle, surrogate = odd_results(wire, model.requests[1].body)
+    assert big.endswith('{"n":1180591620717411303424}')  # exact, as Python's json writes it
+    assert keys.endswith('{"1":"a"}')
+    assert "odd failed: its result cannot be written as JSON (Circular reference detected)" in cycle
+    assert surrogate.endswith("a\ufffdb")
