@@ -292,15 +292,15 @@ class AskingHooks:
         This is the order LiteLLM's nested follow-up calls give: each post hook
         shapes what its own follow-up returned, which is the final answer.
         """
-        before = answer.data.get("usage") if isinstance(answer.data, Mapping) else None
+        before = answer.usage()
         while self.executed:
             step = self.executed.pop()
             try:
                 answer = await self.post_processed(step, answer)
             finally:
                 await self.clean_up_after(step)
-        if before is not None and isinstance(answer.data, Mapping):
-            self.hooks_usage = usage_added(before, answer.data.get("usage"))
+        if before is not None:
+            self.hooks_usage = usage_added(before, answer.usage())
         return answer
 
     async def post_processed(self, step: Rerun, answer: Answer) -> Answer:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,6 +40,12 @@ class Answer:
     @classmethod
     def parse(cls, start: Message, raw: bytes) -> Answer:
         return cls(start, raw, parse_object(raw))
+
+    def usage(self) -> Any:
+        """The usage as written, whatever a post hook returned: a mapping's own, else read from the bytes it was
+        written as (a pydantic object, such as the SDKs' `Message`), so that a hook's changes count the same."""
+        data = self.data if self.data is None or isinstance(self.data, Mapping) else parse_object(self.raw)
+        return data.get("usage") if data is not None else None
 
     def replaced(self, data: Any) -> Answer:
         """This answer's status and headers around another body (serialized now, so errors show here)."""

@@ -81,7 +81,8 @@ def sum_usage(usages: Sequence[Any]) -> Any:
 
 def usage_added(before: Any, after: Any) -> dict[str, Any] | None:
     """The counters `after` has beyond `before` (new ones whole, grown ones by how much they grew), nested ones
-    too: what a post hook added to a usage, so that summing the calls' usages keeps it."""
+    too: what a post hook added to a usage, so that summing the calls' usages keeps it. A counter that shrank adds
+    nothing: what the model calls used is the floor of the total, whatever a hook writes."""
     if not isinstance(after, Mapping):
         return None
     before = before if isinstance(before, Mapping) else {}
@@ -95,7 +96,7 @@ def usage_added(before: Any, after: Any) -> dict[str, Any] | None:
         elif _is_count(value):
             if not _is_count(old):
                 added[key] = value
-            elif value != old:
+            elif value > old:
                 added[key] = value - old
     return added or None
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 from conftest import anthropic_client, http_client, openai_client
 from opentelemetry.sdk.trace import TracerProvider
@@ -86,6 +88,47 @@ async def test_usage_is_summed_over_every_model_call_as_the_sdks_read_it() -> No
     assert (total.prompt_tokens, total.completion_tokens, total.total_tokens) == (250, 30, 280)
     assert total.prompt_tokens_details is not None and total.prompt_tokens_details.cached_tokens == 64
     assert total.completion_tokens_details is not None and total.completion_tokens_details.reasoning_tokens == 10
+
+
+class UsageWriter(ToolHook):
+    """A post hook that writes the usage (`rewrite`) and returns the response as a dict or as the SDK's object."""
+
+    def __init__(self, rewrite: Any, as_object: bool) -> None:
+        super().__init__()
+        self.rewrite = rewrite
+        self.as_object = as_object
+
+    async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: Any) -> Any:
+        changed = {**response, "usage": self.rewrite(dict(response["usage"]))}
+        if not self.as_object:
+            return changed
+        kind = anthropic.types.Message if "content" in changed else openai.types.chat.ChatCompletion
+        return kind.model_validate(changed)
+
+
+@pytest.mark.parametrize("as_object", [False, True], ids=["dict", "sdk_object"])
+@pytest.mark.parametrize(
+    ("rewrite", "expected"),
+    [
+        (lambda usage: {key: 1 for key in usage}, (13, 8)),  # lowered: the calls' sum stays (the floor)
+        (lambda usage: {**usage, "output_tokens": usage["output_tokens"] + 2}, (13, 10)),  # raised: counts on top
+    ],
+    ids=["lowered", "raised"],
+)
+async def test_a_post_hooks_usage_counts_the_same_whatever_type_it_returns(
+    as_object: bool, rewrite: Any, expected: tuple[int, int]
+) -> None:
+    model = ScriptedModel(
+        message(tool_use("lookup", {"k": 1}), usage={"input_tokens": 10, "output_tokens": 5}),
+        message("done", usage={"input_tokens": 3, "output_tokens": 3}),
+    )
+    app = AgenticLoopMiddleware(model, hooks=[UsageWriter(rewrite, as_object)])
+
+    reply = await anthropic_client(app).messages.create(
+        model="m", max_tokens=5, messages=[{"role": "user", "content": "?"}]
+    )
+
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == expected
 
 
 async def test_an_option_keeps_the_last_calls_usage(route: Route) -> None:
