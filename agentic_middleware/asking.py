@@ -195,13 +195,14 @@ class AskingHooks:
             if refusal is not None:
                 self.finish(refusal, hook)
                 claims = claims_of([claim, *await self.other_claims(hook, response)])
+                sent = answer.as_sent()  # what a gate changed in `response` is not sent, nor closed on
                 # A limit of 0 (set after the first call) allows no other model call: the claimed calls are removed.
                 if self.settings.closing == "call" and not self.closed and self.limit:
                     self.closed = True
-                    body = closing_body(self.surface, self.body, response, claims, refusal, self.limit)
+                    body = closing_body(self.surface, self.body, sent, claims, refusal, self.limit)
                     if body is not None:
                         return Closing(body, hook)
-                ended = self.surface.without_claimed(response, claims)
+                ended = self.surface.without_claimed(sent, claims)
                 return answer.replaced(self.surface.filled(ended, self.settings.closing_text))
             method = hook.plan_method(self.surface.plan_methods)
             if method is None:
@@ -224,7 +225,7 @@ class AskingHooks:
                 return self.overridden(answer, plan.response_override, hook, method)
             if plan.terminate:  # as LiteLLM: the post hook gets the answer without the calls this hook claimed
                 self.finish("terminate", hook, plan.stop_reason)
-                stripped = answer.replaced(self.surface.without_claimed(response, claims_of([claim])))
+                stripped = answer.replaced(self.surface.without_claimed(answer.as_sent(), claims_of([claim])))
                 ending = Rerun(hook, method, raw_plan, AgenticLoopRequestPatch(), kwargs)
                 return await self.post_processed(ending, stripped)
             if plan.run_agentic_loop:
@@ -257,13 +258,8 @@ class AskingHooks:
 
     async def other_claims(self, refused: BoundHook, response: JSONObject) -> list[Any]:
         """What the other hooks' gates claim, so that a refused round removes every server call."""
-        claims = []
-        for hook in self.hooks:
-            if hook is not refused:
-                claim = await self.ask_gate(hook, response, self.hook_kwargs())
-                if claim is not None:
-                    claims.append(claim)
-        return claims
+        asked = [await self.ask_gate(hook, response, self.hook_kwargs()) for hook in self.hooks if hook is not refused]
+        return [claim for claim in asked if claim is not None]
 
     def refusal(self, fingerprint: tuple[tuple[str, bytes], ...]) -> str | None:
         """Why this round may not rerun, if it may not: the limit, or tool calls seen before (after a closing call,
@@ -289,8 +285,8 @@ class AskingHooks:
     async def unwind(self, answer: Answer) -> Answer:
         """Give each executed plan's post hook the final answer, innermost first, then its cleanup.
 
-        This is the order LiteLLM's nested follow-up calls give: each post hook
-        shapes what its own follow-up returned, which is the final answer.
+        This is the order LiteLLM's nested follow-up calls give: each post hook shapes what its own follow-up
+        returned, which is the final answer.
         """
         before = answer.usage()
         while self.executed:

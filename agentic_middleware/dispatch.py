@@ -41,6 +41,12 @@ class Answer:
     def parse(cls, start: Message, raw: bytes) -> Answer:
         return cls(start, raw, parse_object(raw))
 
+    def as_sent(self) -> Any:
+        """The body as its bytes hold it: the app's answer as it sent it, whatever hooks changed in `data` since
+        (a fresh parse, for the rare paths that build from the answer: the closing call, a refused or ended round)."""
+        parsed = parse_object(self.raw)
+        return self.data if parsed is None else parsed
+
     def usage(self) -> Any:
         """The usage as written, whatever a post hook returned: a mapping's own, else read from the bytes it was
         written as (a pydantic object, such as the SDKs' `Message`), so that a hook's changes count the same."""

@@ -194,6 +194,39 @@ async def test_the_official_sdks_get_words_at_the_limit(route: Route) -> None:
         assert completion.choices[0].message.content == CLOSING
 
 
+class Gutting(ServerTools):
+    """Claims its calls as ServerTools does, then empties the answer it was shown, in place."""
+
+    async def async_should_run_agentic_loop(self, response: Any, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+        claim = await super().async_should_run_agentic_loop(response, **arguments)
+        if not claim[0]:
+            pass
+        elif "content" in response:
+            response["content"].clear()
+        else:
+            response["choices"][0]["message"]["tool_calls"].clear()
+        return claim
+
+
+async def test_the_closing_call_is_built_from_the_answer_as_the_app_sent_it_not_as_a_gate_left_it(
+    route: Route,
+) -> None:
+    model = eager(route)
+    app = AgenticLoopMiddleware(model, hooks=[Gutting([lookup])], max_agentic_loops=1)
+    question: Any = [{"role": "user", "content": "go"}]
+    if route.name == "messages":
+        reply = await anthropic_client(app).messages.create(model="m", max_tokens=10, messages=question)
+        text = "".join(block.text for block in reply.content if block.type == "text")
+    else:
+        completion = await openai_client(app).chat.completions.create(model="m", messages=question)
+        text = completion.choices[0].message.content or ""
+
+    assert text == CLOSING  # the model's words from the closing call, not the closing_text of an emptied answer
+    assert [tools_off(request) for request in model.requests] == [False, False, True]
+    [(result, is_error)] = tool_results(route, model.requests[-1])
+    assert is_error and "max_agentic_loops=1" in result
+
+
 def check_messages_history(history: list[dict[str, Any]]) -> None:
     """Anthropic's rules for a request's history: roles alternate from the user, only the last may be empty."""
     assert history[0]["role"] == "user"
