@@ -35,10 +35,12 @@ def _clashes(hooks: Sequence[BoundHook]) -> str | None:
     owners: dict[str, str] = {}
     for hook in hooks:
         names = getattr(hook.hook, "declared_tool_names", None)
+        label = getattr(hook.hook, "label", None)  # which server, for hooks of one class (MCPTools)
+        who = f"{hook.name} ({label})" if isinstance(label, str) else hook.name
         for name in names() if callable(names) else ():
             if name in owners:
-                return f"tool {name!r} is declared by both {owners[name]} and {hook.name}"
-            owners[name] = hook.name
+                return f"tool {name!r} is declared by both {owners[name]} and {who}"
+            owners[name] = who
     return None
 
 

@@ -59,6 +59,21 @@ def description_of(function: Callable[..., Any]) -> str:
     return "\n".join(kept).strip()
 
 
+def fitted(description: str, limit: int | None) -> str:
+    """The description within `limit` characters (a provider refuses longer ones), cut at a word and marked `…`.
+
+    Counted in UTF-16 code units, as JavaScript counts a string's length: never fewer than its characters, so what
+    fits here fits however the provider counts.
+    """
+    if limit is None or 2 * len(description) <= limit or len(description.encode("utf-16-le")) <= 2 * limit:
+        return description
+    kept = description.encode("utf-16-le")[: 2 * (limit - 1)].decode("utf-16-le", errors="ignore")
+    space = max(kept.rfind(" "), kept.rfind("\n"))
+    if space > len(kept) * 4 // 5:  # a word cut in two only when no space is near the end
+        kept = kept[:space]
+    return f"{kept.rstrip()}…"
+
+
 def argument_docs(docstring: str) -> dict[str, str]:
     """Each argument's text in a Google-style `Args:` section (continuation lines joined)."""
     found: dict[str, str] = {}

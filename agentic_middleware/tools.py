@@ -35,8 +35,8 @@ from .native import (
     query_of,
 )
 from .native.live import LiveRecords
-from .schema import description_of, function_schema
-from .surfaces import Surface, ToolResult, surface_for
+from .schema import description_of, fitted, function_schema
+from .surfaces import Surface, ToolResult, surface_for, surfaces
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -204,6 +204,7 @@ class ServerTools(AgenticHook):
     def __post_init__(self) -> None:
         tools = [_declared(tool) for tool in self.tools]
         self.by_name: dict[str, ServerTool] = {tool.name: tool for tool in tools}
+        _warn_long(tools)
         if len(self.by_name) < len(tools):
             names = [tool.name for tool in tools]
             raise ConfigurationError(f"two server tools are named {next(n for n in names if names.count(n) > 1)!r}")
@@ -228,6 +229,7 @@ class ServerTools(AgenticHook):
         Requests already running keep the tools they were given; a call to a tool gone since reads as an error.
         """
         self.by_name = {tool.name: tool for tool in tools}
+        _warn_long(self.by_name.values())
 
     def _native_target(self, tool: Any) -> str | None:
         kind = tool.get("type") if isinstance(tool, dict) else None
@@ -269,7 +271,10 @@ class ServerTools(AgenticHook):
             request = native.request(request, self.native)
             if renamed:
                 request = native.served(request, renamed)
-        ours = [surface.tool_definition(t.name, t.description, t.input_schema) for t in self.by_name.values()]
+        limit = surface.max_description
+        ours = [
+            surface.tool_definition(t.name, fitted(t.description, limit), t.input_schema) for t in self.by_name.values()
+        ]
         if cached:  # a prompt-caching breakpoint on the native declaration stays on the tool that serves it
             ours = [
                 {**tool, "cache_control": cached[name]} if name in cached else tool
@@ -434,6 +439,18 @@ class ServerTools(AgenticHook):
         if not any(peer.keep_trace for peer in self.peers):
             return response
         return {**response, TRACE_FIELD: [*plan.metadata[TRACE_FIELD], *(response.get(TRACE_FIELD) or [])]}
+
+
+def _warn_long(tools: Iterable[ServerTool]) -> None:
+    """Say which descriptions a route's provider would refuse, and so are shortened there (`fitted`)."""
+    for tool in tools:
+        for surface in surfaces().values():
+            limit = surface.max_description
+            if limit is not None and fitted(tool.description, limit) != tool.description:
+                logger.warning(
+                    "server tool %s: its description is %d characters, over the %d %s takes: shortened there",
+                    *(tool.name, len(tool.description), limit, surface.name),
+                )
 
 
 def share_tools(hooks: Iterable[object]) -> None:

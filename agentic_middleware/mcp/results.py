@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -11,15 +12,22 @@ from ..surfaces import Image, ToolResult
 
 def tool_result(result: Any) -> ToolResult:
     """An MCP `CallToolResult` as the model reads it: text joined, structured content as JSON, images as images,
-    resources by their URI, `isError` as an error result."""
+    resources by their URI, `isError` as an error result.
+
+    Servers often send one thing twice, as content and as structured content: the SDKs add a text that is the
+    structured content's JSON; others wrap the content in one key (`{"content": text}`, `{"entities": [...]}`,
+    `{"content": [image]}`). The model reads it once: what only repeats is left out.
+    """
     texts: list[str] = []
     images: list[Image] = []
     structured = getattr(result, "structured_content", None)
-    for block in getattr(result, "content", None) or ():
+    blocks = list(getattr(result, "content", None) or ())
+    repeated = structured is not None and _wraps(structured, blocks)
+    for block in blocks:
         kind = getattr(block, "type", None)
         if kind == "text":
-            if structured is not None and _same_json(block.text, structured) and not _wraps(structured, [block.text]):
-                continue  # the SDKs repeat structured content as text: once is enough
+            if structured is not None and not repeated and _same_json(block.text, structured):
+                continue  # the text is the structured content's JSON, which goes first (compact): once is enough
             texts.append(block.text)
         elif kind == "image":
             images.append(Image(block.mime_type, block.data))
@@ -31,17 +39,32 @@ def tool_result(result: Any) -> ToolResult:
             resource = block.resource
             text = getattr(resource, "text", None)
             texts.append(f"[resource {resource.uri}]\n{text}" if text is not None else f"[resource {resource.uri}]")
-    if structured is not None and not _wraps(structured, texts):
+    if structured is not None and not repeated:
         texts.insert(0, orjson.dumps(structured).decode())
     return ToolResult("\n".join(texts), bool(getattr(result, "is_error", False)), tuple(images))
 
 
-def _wraps(structured: Any, texts: list[str]) -> bool:
-    """Whether structured content is the SDKs' `{"result": value}` wrapping of a plain value the text gives."""
-    if not (isinstance(structured, dict) and len(structured) == 1 and "result" in structured):
+def _wraps(structured: Any, blocks: Sequence[Any]) -> bool:
+    """Whether structured content is one key wrapping what the content already says: a text (as it is, or as
+    JSON), the texts joined, or the content blocks themselves (filesystem's `read_media_file` sends its image so)."""
+    if not (isinstance(structured, dict) and len(structured) == 1):
         return False
-    value = structured["result"]
-    return any(text == value or _same_json(text, value) for text in texts)
+    (value,) = structured.values()
+    texts = [block.text for block in blocks if getattr(block, "type", None) == "text"]
+    if not blocks:
+        return False  # nothing to repeat: the structured content is all there is
+    if isinstance(value, str):
+        return value in texts or value == "\n".join(texts)
+    if isinstance(value, list) and len(value) == len(blocks):
+        dumped = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+        if [_unset_left_out(item) for item in value] == dumped:
+            return True
+    return any(_same_json(text, value) for text in texts)
+
+
+def _unset_left_out(item: Any) -> Any:
+    """A block as the SDK dumps it: fields set to null are left out."""
+    return {key: value for key, value in item.items() if value is not None} if isinstance(item, dict) else item
 
 
 def _same_json(text: str, value: Any) -> bool:

@@ -158,6 +158,13 @@ class MCPTools(ServerTools):
         for tool in listed:
             if not self._allowed(tool.name):
                 continue
+            if _needs_task(tool):
+                logger.warning(
+                    "MCP server %s: tool %r runs only as an MCP task (execution.taskSupport: required), which "
+                    "MCPTools does not run: left out",
+                    *(self.label, tool.name),
+                )
+                continue
             declared = self._declared(tool)
             if declared.name in served:  # `get.user` and `get_user`, or two long names cut at 64 characters
                 first = served[declared.name][0]
@@ -219,6 +226,12 @@ class MCPTools(ServerTools):
         headers = self._forwarded.get()
         if headers:
             request.headers.update(headers)
+
+
+def _needs_task(tool: mcp_types.Tool) -> bool:
+    """Whether a call must be made as a task (2025-11-25's `execution.taskSupport`): a plain call gets -32601."""
+    execution = getattr(tool, "execution", None)
+    return getattr(execution, "task_support", None) == "required"
 
 
 def _names(names: str | Iterable[str], option: str) -> tuple[str, ...]:

@@ -200,6 +200,7 @@ class Surface(ABC):
     plan_methods: tuple[str, ...]  # in order of preference
     messages_field = "messages"  # the body field that holds the conversation
     chains_by_id = False  # a follow-up names a stored response by its id (`previous_response_id`: chains.py)
+    max_description: int | None = None  # the longest tool description the provider takes (tools.py shortens ours)
     patch_fields = PATCH_FIELDS
 
     def messages(self, body: dict[str, Any]) -> Any:

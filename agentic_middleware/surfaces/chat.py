@@ -65,6 +65,7 @@ class ChatCompletions(Surface):
     provider = "openai"
     api_surface = "chat_completions"
     usage_tokens = ("prompt_tokens", "completion_tokens")
+    max_description = 1024  # OpenAI answers a longer tool description 400 `string_above_max_length`
     gates = ("async_should_run_chat_completion_agentic_loop", "async_should_run_agentic_loop")
     # LiteLLM's chat path also falls back to the messages-style builder when that is all a hook has.
     plan_methods = ("async_build_chat_completion_agentic_loop_plan", "async_build_agentic_loop_plan")
