@@ -5,6 +5,7 @@ tool that runs only as an MCP task, on all three routes through the official SDK
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -16,12 +17,22 @@ from mcp.server.mcpserver import MCPServer
 from mcp_server import PIXEL
 from mcp_types import CallToolResult, ImageContent, TextContent, Tool, ToolExecution
 from support import Route
-from test_mcp import HandshakeMCPTools, MCPHTTPServer, answer_with_results, ask, declared, gateway, results, route
+from test_mcp import (
+    HandshakeMCPTools,
+    MCPHTTPServer,
+    answer_with_results,
+    ask,
+    declared,
+    gateway,
+    mcp_http,
+    results,
+    route,
+)
 
 from agentic_middleware.mcp import MCPTools, tool_result
 from agentic_middleware.testing import ScriptedModel, function_call, response
 
-__all__ = ["route"]  # the fixture, used by name
+__all__ = ["mcp_http", "route"]  # the fixtures, used by name
 
 FILE = "".join(f"line {n}: the quick brown fox jumps over the lazy dog\n" for n in range(4000))  # ~220 KB
 ENTITIES = [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]
@@ -184,3 +195,36 @@ def test_structured_content_that_says_more_than_the_content_is_kept() -> None:
     assert tool_result(CallToolResult(content=[], structured_content={"items": []})).content == '{"items":[]}'
     wrapped = CallToolResult(content=[TextContent(type="text", text="5")], structured_content={"result": 5})
     assert tool_result(wrapped).content == "5"
+
+
+async def test_a_tool_a_server_adds_under_a_name_another_server_serves_is_left_out_with_a_warning(
+    mcp_http: MCPHTTPServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The test server's `grow` adds a tool `grown`, which another server already serves.
+    caplog.set_level(logging.WARNING, "agentic_middleware")
+    other = MCPServer("other")
+    other.tool(name="grown", description="The other server's.")(lambda: "the other server's grown")
+    holder = MCPHTTPServer(lambda: other)
+    await holder.start()
+    route = Route("messages")
+    model = ScriptedModel(
+        route.calls(("grow", {})), answer_with_results(route), route.calls(("grown", {})), answer_with_results(route)
+    )
+    growing = MCPTools(mcp_http.url)
+    try:
+        async with gateway(model, MCPTools(holder.url), growing) as app:
+            assert await ask(route, app) == "grew"
+            async with asyncio.timeout(5):
+                while "grown" not in growing.declared_tool_names():
+                    await asyncio.sleep(0.02)
+            assert await ask(route, app) == "the other server's grown"
+    finally:
+        await holder.stop()
+    # Declared once, as the server that runs it declares it (not one server's declaration and another's call).
+    (grown,) = (tool for tool in model.requests[2].body["tools"] if tool["name"] == "grown")
+    assert grown["description"] == "The other server's."
+    assert any(
+        f"MCP server {mcp_http.url}: tool 'grown' is left out: MCPTools ({holder.url}) serves one"
+        in record.getMessage()
+        for record in caplog.records
+    )

@@ -73,6 +73,7 @@ class MCPTools(ServerTools):
         self._check()
         self.connect_timeout = max(timeout, MIN_CONNECT_TIMEOUT)
         self.label = server if isinstance(server, str) else " ".join(server)
+        self._withheld: tuple[str, ...] = ()  # tool names another hook of the middleware serves (`_refresh`)
         self._forwarded: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
             "forwarded", default=None
         )
@@ -175,8 +176,21 @@ class MCPTools(ServerTools):
                 )
                 continue
             served[declared.name] = (tool.name, declared)
+        taken = {name: peer for peer in self.peers if peer is not self for name in peer.by_name}
+        self._withheld = tuple(name for name in served if name in taken)
+        for name in self._withheld:  # a tool the server added since the start's check: another hook serves it
+            logger.warning(
+                "MCP server %s: tool %r is left out: %s serves one of that name (give one of them a `prefix`)",
+                *(self.label, name, _who(taken[name])),
+            )
+            del served[name]
         self.replace_tools(declared for _, declared in served.values())
         logger.info("MCP server %s: serving %s", self.label, ", ".join(self.by_name) or "no tools")
+
+    def declared_tool_names(self) -> list[str]:
+        """The names served, and those left out because another hook serves them: the start refuses such a clash
+        (lifespan.py); one that appears later leaves the newcomer's tool out, so the model never sees a name twice."""
+        return [*self.by_name, *self._withheld]
 
     def _allowed(self, name: str) -> bool:
         if self.allowed_tools is not None and not any(fnmatch.fnmatchcase(name, p) for p in self.allowed_tools):
@@ -226,6 +240,12 @@ class MCPTools(ServerTools):
         headers = self._forwarded.get()
         if headers:
             request.headers.update(headers)
+
+
+def _who(hook: ServerTools) -> str:
+    """A hook as the clash messages name it: its class, and for an MCP server which one."""
+    label = getattr(hook, "label", None)
+    return f"{type(hook).__name__} ({label})" if isinstance(label, str) else type(hook).__name__
 
 
 def _needs_task(tool: mcp_types.Tool) -> bool:
