@@ -3,11 +3,14 @@ filters that are not lists of domains with a 400 in the route's shape, under the
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import Any
 
 import anthropic
+import httpx
 import openai
+import orjson
 import pytest
 from anthropic.types import WebSearchToolResultBlock
 from conftest import anthropic_client, openai_client
@@ -98,6 +101,12 @@ EVIL = {"blocked_domains": ["evil.com"]}
         ({"allowed_domains": ["good.test/docs"]}, "http://good.test/docs/a", True),
         ({"allowed_domains": ["*.good.test"]}, "http://good.test/", False),  # a wildcard: subdomains only
         ({"allowed_domains": ["*.good.test"]}, "http://a.good.test/", True),
+        # A `*` in the path stands for any characters (Anthropic's `example.com/*/articles`)
+        ({"allowed_domains": ["good.test/*/articles"]}, "http://good.test/2026/articles/a", True),
+        ({"allowed_domains": ["good.test/*/articles"]}, "http://good.test/articles", False),
+        ({"allowed_domains": ["good.test/*/articles"]}, "http://good.test/2026/articles-old", False),
+        ({"blocked_domains": ["good.test/*/private"]}, "http://good.test/a/PRIVATE/x", False),
+        ({"allowed_domains": ["good.test/*"]}, "http://good.test/", True),
     ],
 )
 async def test_result_urls_are_read_as_a_browser_reads_them(filters: dict[str, Any], url: str, passes: bool) -> None:
@@ -121,6 +130,7 @@ ANTHROPIC_REFUSED = [
     ({"blocked_domains": ["ok.test", "user@evil.com"]}, "tools[0].blocked_domains[1] is not a domain"),
     ({"blocked_domains": [""]}, "tools[0].blocked_domains[0] is not a domain"),
     ({"blocked_domains": ["ftp://evil.com"]}, "tools[0].blocked_domains[0] is not a domain"),
+    ({"allowed_domains": ["allowed*.com"]}, "tools[0].allowed_domains[0] is not a domain"),
     ({"max_uses": "2"}, "tools[0].max_uses must be a positive integer"),
     ({"user_location": "Paris"}, "tools[0].user_location must be an object"),
 ]
@@ -206,3 +216,30 @@ def test_native_tools_without_the_url_parser_fail_when_built(monkeypatch: pytest
     with pytest.raises(ConfigurationError, match=r"agentic-middleware\[native\]"):
         ServerTools(list(hook.by_name.values()), native={"web_search": "web_search"})
     ServerTools(list(hook.by_name.values()))  # a plain server tool needs no parser
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+OPTION_FIELDS = ["allowed_domains", "blocked_domains", "filters", "max_uses", "user_location", "name", "cache_control"]
+
+
+@given(st.sampled_from(OPTION_FIELDS), JSON)
+@settings(max_examples=200, deadline=None)
+def test_any_json_in_any_option_of_the_declaration_gives_200_or_400(field: str, value: Any) -> None:
+    model, hook = searching("http://allowed.com/")  # it searches, then answers
+    app = AgenticLoopMiddleware(model, hooks=[hook])
+    tool = {"type": "web_search_20250305", "name": "web_search", field: value}
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}], "tools": [tool]}
+
+    async def post() -> int:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+            return (await client.post("/v1/messages", content=orjson.dumps(body))).status_code
+
+    assert asyncio.run(post()) in (200, 400)

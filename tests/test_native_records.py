@@ -102,6 +102,18 @@ async def test_malformed_messages_records_are_refused_with_400(blocks: list[dict
     assert model.requests == []
 
 
+async def test_a_live_stream_with_a_malformed_record_gets_the_400_itself() -> None:
+    model = ScriptedModel(message("Done."))
+    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[hook()]))
+    messages = history({**CALL, "id": [1]}, RESULT)
+    with pytest.raises(
+        anthropic.BadRequestError, match=r"messages\[1\]\.content\[1\]\.id must be a string, got a list"
+    ):
+        async with client.messages.stream(model="m", max_tokens=10, messages=messages, tools=[NATIVE]) as stream:  # type: ignore[arg-type, list-item]
+            await stream.get_final_message()
+    assert model.requests == []
+
+
 SEARCH_CALL = {
     "type": "web_search_call",
     "id": "ws_1",

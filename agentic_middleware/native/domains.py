@@ -26,6 +26,7 @@ _WEB = frozenset({"http:", "https:"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")  # a URL that starts with one names its scheme (WHATWG)
 _EDGES = "".join(map(chr, range(0x21)))  # C0 controls and space, which the WHATWG parser strips from both ends
 _INNER = str.maketrans("", "", "\t\n\r")  # which it removes everywhere
+_HOST_END = re.compile(r"[/\\?#]")
 _RESULT_PARTS = ("protocol", "hostname", "pathname")
 _RULE_PARTS = ("protocol", "hostname", "pathname", "username", "password", "port", "search", "hash")
 
@@ -65,6 +66,9 @@ class Rule:
     host: str
     path: str = ""
     subdomains_only: bool = False
+    # A path with `*` (any characters, as Anthropic's `example.com/*/articles`): as a pattern, and case-folded.
+    pattern: re.Pattern[str] | None = None
+    folded: re.Pattern[str] | None = None
 
     def covers(self, address: Address, unsure: bool) -> bool:
         """Whether the address is in this rule. `unsure` (True for a block, False for an allowance) is the answer
@@ -77,6 +81,8 @@ class Rule:
             return True
         if address.ambiguous:
             return unsure
+        if self.pattern is not None and self.folded is not None:
+            return (self.folded if unsure else self.pattern).fullmatch(address.path) is not None
         path, mine = (address.path.lower(), self.path.lower()) if unsure else (address.path, self.path)
         return path == mine or path.startswith(f"{mine}/")  # a block holds whatever case a server ignores
 
@@ -111,7 +117,8 @@ def rules(entries: Any, where: str) -> tuple[tuple[str, ...], tuple[Rule, ...]]:
     if entries is None:
         return (), ()
     if not isinstance(entries, list) or not all(isinstance(entry, str) for entry in entries):
-        raise RequestRefused(f"{where} must be a list of domain strings, got {shown(entries)}")
+        got = "a list with an entry that is not a string" if isinstance(entries, list) else shown(entries)
+        raise RequestRefused(f"{where} must be a list of domain strings, got {got}")
     compiled = []
     for number, entry in enumerate(entries):
         found = rule(entry)
@@ -125,12 +132,13 @@ def rules(entries: Any, where: str) -> tuple[tuple[str, ...], tuple[Rule, ...]]:
 
 
 def rule(entry: str) -> Rule | None:
-    """A filter entry as a rule: `example.com`, `*.example.com`, `example.com/docs`, an IP address, optionally
-    with `http://` or `https://` in front; None when it is anything else (a port, a user, a query, another scheme)."""
+    """A filter entry as a rule: `example.com`, `*.example.com`, `example.com/docs`, `example.com/*/articles`, an
+    IP address, optionally with `http://` or `https://` in front; None when it is anything else (a port, a user, a
+    query, another scheme, a `*` in the host but for a leading `*.`)."""
     text = entry.strip(_EDGES).translate(_INNER)
     subdomains_only = text.startswith("*.")
     text = text.removeprefix("*.")
-    if not text or text[0] in "/\\?#" or text.count("*"):
+    if not text or text[0] in "/\\?#" or "*" in _HOST_END.split(text.partition("://")[2] or text, maxsplit=1)[0]:
         return None
     parts = _parsed(text if _SCHEME.match(text) else f"http://{text}", _RULE_PARTS)
     if parts is None or parts["protocol"] not in _WEB or not parts["hostname"]:
@@ -141,7 +149,13 @@ def rule(entry: str) -> Rule | None:
     if {".", ".."} & set(path.split("/")):
         return None
     host = _dns_host(parts["hostname"])
-    return Rule(host, path, subdomains_only) if host else None
+    if not host:
+        return None
+    if "*" not in path:
+        return Rule(host, path, subdomains_only)
+    pattern = "".join(".*" if piece == "*" else re.escape(piece) for piece in re.split(r"(\*)", path))
+    pattern = f"(?:{pattern})(?:/.*)?"  # on a segment boundary, as a plain path
+    return Rule(host, path, subdomains_only, re.compile(pattern, re.S), re.compile(pattern, re.S | re.I))
 
 
 def within(found: Address, among: Sequence[Rule], unsure: bool) -> bool:
@@ -171,7 +185,5 @@ def _dns_host(host: str) -> str:
 
 def shown(value: Any) -> str:
     """What a wrong value is, for an error message."""
-    kind = {str: "a string", dict: "an object", bool: "a boolean", int: "a number", float: "a number"}.get(type(value))
-    if kind is None:
-        kind = "a list with an entry that is not a string" if isinstance(value, list) else type(value).__name__
-    return kind
+    kinds = {str: "a string", dict: "an object", list: "a list", bool: "a boolean", int: "a number", float: "a number"}
+    return kinds.get(type(value), type(value).__name__)
