@@ -6,6 +6,9 @@ from collections.abc import Callable, Iterable
 
 from starlette.types import Message, Receive, Scope, Send
 
+from .sniff import EVENTS, JSON, OTHER, SNIFF_BYTES, is_json, sniffable, sniffed, unjudged_reason
+from .sniff import media_type as media_type  # where it was, for its importers
+
 Headers = list[tuple[bytes, bytes]]
 
 _LENGTH_HEADERS = (b"content-length", b"transfer-encoding")
@@ -62,24 +65,12 @@ def json_start(status: int, length: int, extra: Iterable[tuple[bytes, bytes]] = 
     return {"type": "http.response.start", "status": status, "headers": headers}
 
 
-def media_type(headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
-    """The content type without parameters, lowercase, and whether a content-encoding applies."""
-    kind, encoded = b"", False
-    for name, value in headers:
-        name = name.lower()
-        if name == b"content-type":
-            kind = value.split(b";", 1)[0].strip().lower()
-        elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
-            encoded = True
-    return kind, encoded
-
-
 def is_readable_json(start: Message) -> bool:
     """A 2xx, unencoded JSON answer without trailers: the only kind the middleware reads."""
     if not 200 <= start["status"] < 300 or start.get("trailers", False):
         return False
     kind, encoded = media_type(start.get("headers", ()))
-    return not encoded and (kind == b"application/json" or kind.endswith(b"+json"))
+    return not encoded and is_json(kind)
 
 
 class ResponseCapture:
@@ -90,7 +81,11 @@ class ResponseCapture:
     to its start); `forwarded` records that the client has an answer, and
     `on_forward` is called when forwarding begins. Without `forward`, nothing
     goes to the client: other answers are kept too, and `readable` tells them apart.
+    A 2xx answer whose type is absent or neither JSON nor an event stream is held until its first bytes tell
+    what it is (sniff.py): a JSON object is read as JSON. `unjudged` says why a 2xx answer was not readable.
     """
+
+    events = False  # whether an answer that turns out to be an event stream can be read as one (`as_event_stream`)
 
     def __init__(
         self,
@@ -112,6 +107,8 @@ class ResponseCapture:
         self.complete = False
         self.forwarded = False
         self.oversize = False
+        self.sniffing = False  # the start is held until the body's first bytes tell what it is
+        self.unjudged: str | None = None
 
     async def forward(self, start: Message) -> None:
         self.forwarded = True
@@ -126,20 +123,52 @@ class ResponseCapture:
             await self.client_send(message)
         elif message["type"] == "http.response.start":
             self.readable = is_readable_json(message)
-            if self.readable or not self.forward_allowed:
+            self.sniffing = not self.readable and sniffable(message)
+            if self.readable or self.sniffing or not self.forward_allowed:
                 self.start = message
             else:
                 await self.forward(message)
+            if not (self.readable or self.sniffing):
+                self.unjudged = unjudged_reason(message)
         elif message["type"] == "http.response.body" and self.start is not None and not self.oversize:
             chunk = message.get("body", b"")
             self.chunks.append(chunk)
             self.size += len(chunk)
             self.complete = not message.get("more_body", False)
+            if self.sniffing and not await self.sniffed():
+                return
             if self.size > self.limit:
                 self.oversize = True
                 if self.forward_allowed:
                     await self.forward(self.start)
                     await self.client_send({**message, "body": self.body})
+
+    async def sniffed(self) -> bool:
+        """Decide what a held answer is, once its first bytes tell; False while they do not yet, or when the
+        answer went another way (forwarded, or read as an event stream)."""
+        assert self.start is not None
+        kind = sniffed(self.body[:SNIFF_BYTES], self.complete, self.events)
+        if kind is None:
+            return False
+        self.sniffing = False
+        if kind == JSON:
+            self.readable = True
+            return True
+        if kind == EVENTS:
+            await self.as_event_stream()
+            return False
+        assert kind == OTHER
+        self.unjudged = unjudged_reason(self.start)
+        if not self.forward_allowed:
+            return True  # kept, unreadable
+        await self.forward(self.start)
+        await self.client_send({"type": "http.response.body", "body": self.body, "more_body": not self.complete})
+        return False
+
+    async def as_event_stream(self) -> None:
+        """Read the answer held so far, and the rest, as an event stream: only a capture whose `events` is True
+        (a live round's) is ever asked to."""
+        raise AssertionError("this capture does not read event streams")
 
     @property
     def body(self) -> bytes:

@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .asgi import Headers, ResponseCapture, replay, with_length
 from .errors import ModelAppError, ModelAppTimeout
 from .payload import dumps, parse_object
+from .sniff import warn_unjudged
 
 # Request headers each call sets for itself: the middleware reads every answer, so none is compressed.
 _PER_CALL = frozenset((b"accept-encoding", b"content-length", b"transfer-encoding"))
@@ -122,6 +123,8 @@ class Dispatcher:
             if capture.forwarded:
                 raise  # the client already has the app's own answer under way
             raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
+        if capture.unjudged is not None:
+            warn_unjudged(self.app, self.scope["path"], capture.unjudged)
         if capture.forwarded:
             self.oversize = capture.oversize
             return None

@@ -19,11 +19,12 @@ from typing import Any
 import orjson
 from starlette.types import Message, Send
 
-from .asgi import Headers, ResponseCapture, json_start, media_type
+from .asgi import Headers, ResponseCapture, json_start
 from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
 from .native import NativeCall, NativeRun
+from .sniff import media_type
 from .sse_reader import SSEReader
 from .stream import SSE_HEADERS, error_of
 from .surfaces import AppStreamError, StreamMismatch, StreamRelay, Surface
@@ -214,11 +215,23 @@ class RoundCapture(ResponseCapture):
     dispatcher returns it like any other; a stream that failed or ended early becomes a 502 error answer.
     """
 
+    events = True  # a round's answer without its type that opens like an event stream is read as one
+
     def __init__(self, live: LiveStream, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.live = live
         self.reader: SSEReader | None = None
         self.failure: bytes | None = None
+
+    async def as_event_stream(self) -> None:
+        """The answer's first bytes are an event stream's though its type did not say: read it as one."""
+        assert self.start is not None
+        self.reader = SSEReader()
+        self.readable = True
+        if not self.live.opened:
+            await self.live.start(self.start)
+        held, self.chunks, self.size = self.body, [], 0
+        await self.read({"type": "http.response.body", "body": held, "more_body": not self.complete})
 
     async def send(self, message: Message) -> None:
         if self.reader is not None:

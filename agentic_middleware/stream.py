@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from .asgi import media_type
 from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
+from .sniff import media_type
 from .surfaces import Surface
 
 logger = logging.getLogger("agentic_middleware")
