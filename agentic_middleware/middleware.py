@@ -163,6 +163,8 @@ class AgenticLoopMiddleware:
                 if streaming:
                     stream_options = body.get("stream_options")
                     relay = surface.relay(stream_options) if mode == "live" else None
+                    if isinstance(send, ShownIds):  # each round's id is hidden from its first event on
+                        send.follow(relay)
                     if relay is None:  # buffered: the app is called without streaming; the stream is written after
                         del body["stream"]
                         body.pop("stream_options", None)

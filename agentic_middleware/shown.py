@@ -32,6 +32,8 @@ class ShownIds:
         self.send = send
         self.hidden: dict[bytes, bytes] = {}
         self.rounds: list[str] = []  # the ids of a looped turn's rounds, in order
+        self.relay: ResponsesRelay | None = None  # a live turn's relay, which names each round as it starts
+        self.followed = 0  # how many of the relay's round ids are taken
         self.start: Message | None = None  # a JSON answer's start, held until its body is whole
         self.chunks: list[bytes] = []
         self.stream = False
@@ -42,6 +44,11 @@ class ShownIds:
         """Show `shown` wherever `internal` would be; an id already hidden keeps its first replacement."""
         if internal != shown and internal:
             self.hidden.setdefault(internal.encode(), shown.encode())
+
+    def follow(self, relay: object) -> None:
+        """A live turn: each round's id is taken from the relay as soon as its stream names it."""
+        if isinstance(relay, ResponsesRelay):
+            self.relay = relay
 
     def round(self, response_id: object, relay: object) -> None:
         """A looped turn's round answered with `response_id`; `relay` is the turn's live relay, if any. The client
@@ -65,6 +72,10 @@ class ShownIds:
         return data
 
     async def __call__(self, message: Message) -> None:
+        if self.relay is not None and len(self.relay.round_ids) > self.followed:
+            for response_id in self.relay.round_ids[self.followed :]:
+                self.round(response_id, self.relay)
+            self.followed = len(self.relay.round_ids)
         if message["type"] == "http.response.start":
             headers = message.get("headers", ())
             kind, encoded = media_type(headers)

@@ -213,6 +213,7 @@ async def test_a_looped_turn_shows_one_id_wherever_the_app_quotes_its_rounds(str
             kinds = [event async for event in events]
             turn = await events.get_final_response()
         assert kinds[0].response.id == turn.id  # type: ignore[union-attr]
+        assert store.turn[1] not in "".join(event.model_dump_json() for event in kinds)  # nor in any delta
     else:
         turn = await client.responses.create(model="m", input="q")
 

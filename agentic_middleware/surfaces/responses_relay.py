@@ -42,6 +42,7 @@ class ResponsesRelay(StreamRelay):
         self.emit = sse.ResponsesSequence()
         self.started = False  # the client has a `response.created`
         self.response_id: Any = None  # the id the client's lifecycle carries
+        self.round_ids: list[str] = []  # every round's response id, as its lifecycle events name it (shown.py)
         self.earlier: list[Any] = []  # the items earlier rounds sent, whole
         self.base = 0  # the client's output_index of this round's first item
         self.opened: set[str] = set()  # the lifecycle events the client has
@@ -98,6 +99,7 @@ class ResponsesRelay(StreamRelay):
         if kind == "response.output_item.done":
             self.items[index] = payload["item"]
         elif kind in _LIFECYCLE_START:
+            self.name_round(payload)
             if kind in self.opened or kind == "response.queued" or self.base or self.released:
                 return _NOTHING  # the client's lifecycle began once, in the first round
             self.opened.add(kind)
@@ -106,6 +108,7 @@ class ResponsesRelay(StreamRelay):
                 self.response_id = (payload.get("response") or {}).get("id")
             return (self.emit.renumbered(payload),)
         elif kind in _LIFECYCLE_END:
+            self.name_round(payload)
             self.terminal = payload.get("response") or {}
             return _NOTHING
         elif kind == "error":
@@ -121,6 +124,13 @@ class ResponsesRelay(StreamRelay):
             self.waiting += payloads
             return _NOTHING
         return self.release(payloads)
+
+    def name_round(self, payload: dict[str, Any]) -> None:
+        """Note the round's response id from a lifecycle event, before any of its items go out."""
+        response = payload.get("response")
+        response_id = response.get("id") if isinstance(response, dict) else None
+        if isinstance(response_id, str) and response_id and response_id not in self.round_ids:
+            self.round_ids.append(response_id)
 
     def cite(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
         """An event with the annotations of the recorded results that its text names: announced before the text's
