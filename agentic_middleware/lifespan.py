@@ -44,6 +44,15 @@ def _clashes(hooks: Sequence[BoundHook]) -> str | None:
     return None
 
 
+class _CutShort(ConfigurationError):
+    """A hook's start-up that ran past `hook_timeout`: it may hold what it opened so far, so it is shut down."""
+
+
+def _raised(outcome: object) -> bool:
+    """Whether a start-up's outcome is its own failure (not a cut short or cancelled one, which may hold things)."""
+    return isinstance(outcome, BaseException) and not isinstance(outcome, _CutShort | asyncio.CancelledError)
+
+
 class InFlight:
     """Counts the looped requests running, their cancellation included, so that the shut-down waits for them.
 
@@ -80,7 +89,7 @@ class HookLifecycle:
             raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
 
     async def start(self, timeout: float | None = None) -> None:
-        """Run every `async_startup` in order, each within `timeout`; on a failure, stop those that started, raise.
+        """Run every `async_startup` at once, each within `timeout`; on a failure, stop those that started, raise.
 
         One attempt at a time: whoever asks while one runs waits for it and shares its outcome, success or
         failure; whoever asks after a failure makes a new one. A caller that gives up does not cut it short.
@@ -93,33 +102,38 @@ class HookLifecycle:
         await asyncio.shield(self._attempt)
 
     async def _start(self, timeout: float | None) -> None:
-        done: list[BoundHook] = []
+        """Start the hooks concurrently: the start takes as long as the slowest hook, not the sum (two MCP servers
+        slow to answer keep the port closed for one wait, not two). The first failure cancels the others."""
+        tasks = [asyncio.ensure_future(self._start_one(hook, method, timeout)) for hook, method in self.starting]
         try:
-            for hook, method in self.starting:
-                deadline = asyncio.timeout(timeout)
-                try:
-                    async with deadline:
-                        await method()
-                except Exception as error:
-                    if deadline.expired():
-                        done.append(hook)  # cut short: it may hold what it opened so far, so it is shut down too
-                        raise ConfigurationError(
-                            f"hook {hook.name} failed to start within hook_timeout={timeout:g} s"
-                        ) from None
-                    raise ConfigurationError(
-                        f"hook {hook.name} failed to start: {type(error).__name__}: {error}"
-                    ) from error
-                done.append(hook)
+            await asyncio.gather(*tasks)
             clash = _clashes(self.hooks)
             if clash:
                 raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")
         except BaseException:
-            await self._stop([(h, m) for h, m in self.stopping if h in done])
+            for task in tasks:
+                task.cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            # Shut down those that started, and those cut short (they may hold what they opened so far); not
+            # those whose own start-up raised.
+            opened = [hook for (hook, _), outcome in zip(self.starting, outcomes, strict=True) if not _raised(outcome)]
+            await self._stop([(h, m) for h, m in self.stopping if h in opened])
             raise
         else:
             self.started = True
         finally:
             self._attempt = None
+
+    @staticmethod
+    async def _start_one(hook: BoundHook, method: Callable[[], Awaitable[Any]], timeout: float | None) -> None:
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                await method()
+        except Exception as error:
+            if deadline.expired():
+                raise _CutShort(f"hook {hook.name} failed to start within hook_timeout={timeout:g} s") from None
+            raise ConfigurationError(f"hook {hook.name} failed to start: {type(error).__name__}: {error}") from error
 
     async def drain(self, timeout: float = DRAIN_TIMEOUT) -> None:
         """Wait, up to `timeout`, until no looped request is in flight."""
@@ -134,18 +148,22 @@ class HookLifecycle:
             logger.warning("shutting down with %d looped request(s) still running after %g s", in_flight.count, timeout)
 
     async def stop(self) -> None:
-        """Run every `async_shutdown`, last hook first; a failure is logged and the others still run."""
+        """Run every `async_shutdown`, at once; a failure is logged and the others still run."""
         if not self.started:
             return
         self.started = False
         await self._stop(self.stopping)
 
     async def _stop(self, stopping: Sequence[tuple[BoundHook, Callable[[], Awaitable[Any]]]]) -> None:
-        for hook, method in stopping:
+        """Stop the hooks concurrently (each closes its own sessions); a failure is logged, the others still run."""
+
+        async def stop(hook: BoundHook, method: Callable[[], Awaitable[Any]]) -> None:
             try:
                 await method()
             except Exception:
                 logger.exception("hook %s failed to shut down", hook.name)
+
+        await asyncio.gather(*(stop(hook, method) for hook, method in stopping))
 
     async def lifespan(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the lifespan events to the app, starting the hooks after it and stopping them before it.

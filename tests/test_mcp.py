@@ -213,7 +213,9 @@ async def test_the_next_call_reconnects_after_the_http_server_restarted(
         assert await ask(route, app) == "again: a word"
 
 
-async def test_the_next_call_reconnects_after_the_stdio_server_died(route: Route, tools_class: type[MCPTools]) -> None:
+async def test_the_next_call_reconnects_after_the_stdio_server_died(
+    route: Route, tools_class: type[MCPTools], caplog: pytest.LogCaptureFixture
+) -> None:
     model = ScriptedModel(
         default=lambda r: route.calls(("whoami", {})) if len(r.body["messages"]) == 1 else answer_with_results(route)(r)
     )
@@ -221,6 +223,8 @@ async def test_the_next_call_reconnects_after_the_stdio_server_died(route: Route
         first = await ask(route, app)
         pid = int(first.rpartition("pid=")[2])
         os.kill(pid, signal.SIGKILL)
+        # The session sees the server's stdout close; a call racing that would read that its outcome is unknown.
+        assert await _settled(lambda: "the session dropped" in caplog.text)
         second = await ask(route, app)
     assert second.startswith("authorization=none pid=") and int(second.rpartition("pid=")[2]) != pid
 

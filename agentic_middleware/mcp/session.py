@@ -22,11 +22,17 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 
 from ..concurrency import cancel_and_wait
+from .transport import NOT_SENT, TOO_LARGE, UNKNOWN, Attempt, CallGuard, marking, sent_to
 
 logger = logging.getLogger("agentic_middleware")
 
 FIRST_RETRY = 0.1  # seconds before the first reconnection; doubled after each failure
 LAST_RETRY = 30.0
+CHECK_TIMEOUT = 10.0  # seconds a session that failed a call has to list its tools, or it is reopened
+OUTCOME_UNKNOWN = (
+    "the MCP server became unreachable while the call ran ({}): whether the tool ran is unknown, "
+    "and it was not run again"
+)
 
 
 class CallFailed(Exception):
@@ -46,6 +52,7 @@ class Session:
         connect_timeout: float,
         headers: Mapping[str, str],
         max_connections: int | None,
+        max_result_bytes: int,
         mode: Any,
         refresh: Callable[[Client], Coroutine[Any, Any, None]],
         on_request: Callable[[httpx2.Request], Awaitable[None]],
@@ -56,12 +63,14 @@ class Session:
         self.connect_timeout = connect_timeout
         self.headers = dict(headers)
         self.max_connections = max_connections
+        self.max_result_bytes = max_result_bytes
         self.mode = mode
         self._refresh = refresh
         self._on_request = on_request
         self._client: Client | None = None
         self._runner: asyncio.Task[None] | None = None
         self._refreshing: asyncio.Future[None] | None = None
+        self._checking: asyncio.Future[None] | None = None  # a ping asking whether a session that failed a call lives
         self._events()
 
     def _events(self) -> None:
@@ -71,7 +80,6 @@ class Session:
         self._wake = asyncio.Event()  # a call is waiting: reconnect now rather than after the backoff
         self._outcome: asyncio.Future[bool] | None = None  # how the next connection attempt ends
         self._closing = False
-        self._session_gone = False  # the HTTP server answered 404 to our session id: it ended the session
 
     # Lifecycle ---------------------------------------------------------------------------------------------------
 
@@ -90,13 +98,21 @@ class Session:
             raise
 
     async def close(self) -> None:
-        """Close the session (and end a stdio server's process)."""
+        """Close the session (and end a stdio server's process).
+
+        An open session is ended from inside, so that its HTTP session gets its `DELETE`; one still connecting
+        (a server hanging at `initialize`) is cancelled at once rather than waited for: the SDK's transports end
+        what they opened when cancelled (a stdio server's stdin is closed, then the process is killed).
+        """
         runner, self._runner = self._runner, None
+        await cancel_and_wait(self._checking)
         if runner is not None:
-            # Ended from inside, not cancelled: the SDK's stdio client stops its process only on a clean exit.
             self._closing = True
             self._dropped.set()
             self._wake.set()
+            if not self._connected.is_set():
+                await cancel_and_wait(runner)
+                return
             try:
                 async with asyncio.timeout(self.connect_timeout):
                     await asyncio.shield(runner)
@@ -112,7 +128,6 @@ class Session:
             try:
                 async with self._open() as client:
                     await self._refresh(client)
-                    self._session_gone = False
                     self._client = client
                     self._dropped.clear()
                     self._connected.set()
@@ -155,21 +170,29 @@ class Session:
     async def _open(self) -> AsyncIterator[Client]:
         async with contextlib.AsyncExitStack() as stack:
             if isinstance(self.server, str):
+                pool = httpx2.Limits(max_connections=self.max_connections)  # a call waits for a connection
                 http = await stack.enter_async_context(
                     httpx2.AsyncClient(
                         headers=self.headers,
-                        timeout=httpx2.Timeout(self.timeout, read=None),  # a call waits for a connection
-                        limits=httpx2.Limits(max_connections=self.max_connections),  # no longer than `timeout`
+                        timeout=httpx2.Timeout(self.timeout, read=None),  # no longer than `timeout`
+                        transport=CallGuard(httpx2.AsyncHTTPTransport(limits=pool), self.max_result_bytes),
                         event_hooks={"request": [self._on_request], "response": [self._watch_session]},
                     )
                 )
-                transport: Any = streamable_http_client(self.server, http_client=http)
+                transport: Any = streamable_http_client(
+                    self.server, http_client=http, max_sse_event_size=self.max_result_bytes
+                )
             else:
                 command = [sys.executable if self.server[0] == "python" else self.server[0], *self.server[1:]]
                 transport = stdio_client(StdioServerParameters(command=command[0], args=command[1:]))
             async with asyncio.timeout(self.connect_timeout):
                 client = await stack.enter_async_context(
-                    Client(transport, mode=self.mode, message_handler=self._on_message, cache=None)
+                    Client(
+                        marking(transport, self._dropped.set, http=isinstance(self.server, str)),
+                        mode=self.mode,
+                        message_handler=self._on_message,
+                        cache=None,
+                    )
                 )
             yield client
 
@@ -197,10 +220,11 @@ class Session:
         self._dropped.set()
 
     async def _on_message(self, message: Any) -> None:
-        """Notifications of an older server: a changed tool list; a transport failure drops the session."""
+        """Notifications of an older server: a changed tool list. What the transport could not read (a stdio
+        server's stray stdout line, as `npx` prints) is logged and passed over, as the SDK itself does: the session
+        is not ended for it, so no call running on it is lost. A session that is gone shows by its calls failing."""
         if isinstance(message, Exception):
-            logger.debug("MCP server %s: transport error: %r", self.label, message)
-            self._dropped.set()
+            logger.warning("MCP server %s sent what is not an MCP message, passed over: %s", self.label, message)
         elif isinstance(message, mcp_types.ToolListChangedNotification):
             client = self._client
             if client is not None:
@@ -208,22 +232,29 @@ class Session:
 
     async def _watch_session(self, response: httpx2.Response) -> None:
         """A 404 to a request that carries the session id means the server ended the session (a restart, an
-        expiry): the spec says to open a new one, so the call that got it is made again on a new session."""
+        expiry): the spec says to open a new one. The server refused the request for it, before running anything,
+        so a call that got it ran nowhere and is made once on the new session (see `call`)."""
         if response.status_code == 404 and "mcp-session-id" in response.request.headers:
-            self._session_gone = True
+            attempt = sent_to.get()
+            if attempt is not None:
+                attempt.refused = True
             self._dropped.set()
 
     # Calls -------------------------------------------------------------------------------------------------------
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
-        """One call; a dropped session is reopened and the call made once more (the caller bounds the time).
+        """One call, run at most once (the caller bounds the time).
 
-        A call waits for no more than one attempt to reconnect: a server that is down fails it at once, and a
-        session that drops while the call runs ends the call, rather than both waiting out the timeout.
+        A call that finds no session open waits for one attempt to reconnect (a server that is down fails it at
+        once) and is then sent. A call that was never handed to the server (the session was found closed when it
+        was sent, the connection was refused, or the HTTP server answered 404 to the session's id) is sent once
+        more on a new session. A call that may have reached the server and got no answer is never sent again:
+        the model reads that its outcome is unknown. Such a failure of one call does not end the session: a ping
+        asks whether it still lives, and only a session that does not answer it is reopened.
         """
         failure: object = "the session dropped"
         for _ in range(2):
-            client = self._client
+            client = None if self._dropped.is_set() else self._client  # a dropped session takes no more calls
             if client is None:
                 if self._outcome is None:
                     self._outcome = asyncio.get_running_loop().create_future()
@@ -232,25 +263,71 @@ class Session:
                 if self._runner is None or not await asyncio.shield(outcome):
                     failure = "it did not answer the reconnection"
                     break
-                client = self._client
+                client = None if self._dropped.is_set() else self._client
                 if client is None:
                     continue
+            attempt = Attempt()
+            token = sent_to.set(attempt)  # the transport marks on it what became of the call
             try:
                 result: mcp_types.CallToolResult | None = await self._unless_dropped(client.call_tool(tool, arguments))
             except MCPError as error:
-                if error.code != mcp_types.CONNECTION_CLOSED and not self._session_gone:
-                    raise CallFailed(error.error.message) from None
-                failure = error
+                if error.code == NOT_SENT or not attempt.may_have_run:
+                    failure = error.error.message
+                    self._drop(client)  # the session is gone: reopen it, and send the call on the new one
+                    continue
+                if error.code == TOO_LARGE or attempt.received > self.max_result_bytes:
+                    raise CallFailed(self._too_large()) from None
+                if error.code in (mcp_types.CONNECTION_CLOSED, UNKNOWN):
+                    self._check(client)
+                    raise CallFailed(OUTCOME_UNKNOWN.format(error.error.message)) from None
+                raise CallFailed(error.error.message) from None
             except (httpx2.TransportError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as error:
+                if attempt.may_have_run:
+                    self._check(client)
+                    raise CallFailed(OUTCOME_UNKNOWN.format(error)) from None
                 failure = error
-            else:
-                if result is not None:
-                    return result
-            if self._client is client:
-                self._dropped.set()  # the session is gone: reopen it, and wait for it on the next turn
-                self._client = None
-                self._connected.clear()
+                self._drop(client)
+                continue
+            finally:
+                sent_to.reset(token)
+            if result is None:  # the session was seen to drop first
+                if attempt.may_have_run:
+                    raise CallFailed(OUTCOME_UNKNOWN.format("the session dropped"))
+                self._drop(client)
+                continue
+            if not isinstance(self.server, str) and self._size(result) > self.max_result_bytes:
+                raise CallFailed(self._too_large())  # over HTTP the transport refused it before reading it whole
+            return result
         raise CallFailed(f"the MCP server is unreachable ({failure})")
+
+    def _too_large(self) -> str:
+        return f"its result is over max_result_bytes={self.max_result_bytes} and was not read"
+
+    @staticmethod
+    def _size(result: mcp_types.CallToolResult) -> int:
+        return len(result.model_dump_json(by_alias=True, exclude_none=True))
+
+    def _drop(self, client: Client) -> None:
+        """The session `client` belongs to is gone: reopen it (calls arriving meanwhile wait for that)."""
+        if self._client is client:
+            self._dropped.set()
+            self._client = None
+            self._connected.clear()
+
+    def _check(self, client: Client) -> None:
+        """Ask whether the session that just failed a call still lives (a `tools/list`, which every tool server
+        answers in both protocols, where `ping` is gone from the 2026 one); reopen it if not."""
+        if self._client is client and (self._checking is None or self._checking.done()):
+            self._checking = asyncio.ensure_future(self._alive(client))
+
+    async def _alive(self, client: Client) -> None:
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT):
+                await client.list_tools(cache_mode="refresh")
+        except Exception as error:
+            if self._client is client:
+                logger.warning("MCP server %s: the session does not answer (%s): reopening it", self.label, error)
+                self._drop(client)
 
     async def _unless_dropped(self, call: Coroutine[Any, Any, Any]) -> Any:
         """The call's result, or None when the session drops first (over HTTP the SDK would wait on)."""

@@ -29,6 +29,7 @@ from .session import CallFailed, Session, reason
 
 logger = logging.getLogger("agentic_middleware")
 
+MAX_RESULT_BYTES = 32 * 1024 * 1024  # Anthropic's API takes requests of 32 MB at most: a larger result fits no rerun
 MIN_CONNECT_TIMEOUT = 30.0  # a stdio server may take seconds to start even when calls are bounded tighter
 _TOOL_NAME = re.compile(r"[^a-zA-Z0-9_-]")  # what both APIs accept in a tool name, 64 characters at most
 
@@ -42,7 +43,8 @@ class MCPTools(ServerTools):
     `forward_headers` names headers of the client's request that go with each call made for it (per-user auth).
     A server that cannot be reached at start-up leaves its tools out (and keeps being retried), unless
     `required`, which fails the start. `max_connections` bounds the HTTP connections to the server (each call in
-    flight holds one, the change stream one more; None for no bound).
+    flight holds one, the change stream one more; None for no bound). `max_result_bytes` bounds the server's
+    answer to one call (its JSON): a larger one is that call's error result, over HTTP refused before it is read.
     """
 
     mode = "auto"
@@ -60,6 +62,7 @@ class MCPTools(ServerTools):
         forward_headers: str | Iterable[str] = (),
         required: bool = False,
         max_connections: int | None = 100,
+        max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
         super().__init__(tools=(), timeout=timeout)
         self.server = server
@@ -70,6 +73,7 @@ class MCPTools(ServerTools):
         self.forward_headers = tuple(name.lower() for name in _names(forward_headers, "forward_headers"))
         self.required = required
         self.max_connections = max_connections
+        self.max_result_bytes = max_result_bytes
         self._check()
         self.connect_timeout = max(timeout, MIN_CONNECT_TIMEOUT)
         self.label = server if isinstance(server, str) else " ".join(server)
@@ -84,6 +88,7 @@ class MCPTools(ServerTools):
             connect_timeout=self.connect_timeout,
             headers=self.headers,
             max_connections=max_connections,
+            max_result_bytes=max_result_bytes,
             mode=self.mode,
             refresh=self._refresh,
             on_request=self._add_forwarded,
@@ -105,6 +110,9 @@ class MCPTools(ServerTools):
             raise ConfigurationError(
                 f"MCP max_connections must be a whole number of at least 2, or None, got {limit!r}"
             )
+        size = self.max_result_bytes
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1024:
+            raise ConfigurationError(f"MCP max_result_bytes must be a whole number of at least 1024, got {size!r}")
         if not isinstance(self.required, bool):
             raise ConfigurationError(f"MCP required must be true or false, got {self.required!r}")
         if not isinstance(self.timeout, int | float) or isinstance(self.timeout, bool) or not self.timeout > 0:
@@ -268,7 +276,7 @@ def from_config(entries: object, where: str) -> tuple[MCPTools, ...]:
         raise ConfigurationError(f"{where} must be a list of servers, got {entries!r}")
     options = {
         *("prefix", "allowed_tools", "denied_tools", "timeout", "headers", "forward_headers", "required"),
-        "max_connections",
+        *("max_connections", "max_result_bytes"),
     }
     hooks = []
     for number, entry in enumerate(entries):
