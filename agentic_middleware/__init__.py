@@ -2,12 +2,13 @@
 
 from .chains import ChainStore, MemoryChainStore
 from .config import Settings, load_config
+from .declare import ServerTool, server_tool
 from .errors import ConfigurationError, HookError, RequestRefused
 from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from .middleware import AgenticLoopMiddleware
 from .observe import RoundRecord
 from .payload import JSONObject
-from .tools import ServerTool, ServerTools, server_tool
+from .tools import ServerTools
 
 __all__ = [
     "AgenticHook",

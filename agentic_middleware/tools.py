@@ -1,5 +1,8 @@
 """Server tools in a few lines: declare functions as tools, and one hook serves them on every route.
 
+A tool's declaration and its one run are declare.py's; this module is the hook, `ServerTools`, and how the hooks of
+one middleware serve each other's calls (`share_tools`).
+
 @server_tool(description="Search the web.")
 async def web_search(query: str) -> str: ...
 
@@ -9,17 +12,14 @@ app.add_middleware(AgenticLoopMiddleware, hooks=[ServerTools([web_search])])
 from __future__ import annotations
 
 import asyncio
-import inspect
-import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
-import orjson
 from starlette.types import Scope
 
-from .concurrency import awaitable
+from .declare import ServerTool, as_server_tool, server_tool, warn_long_descriptions
 from .errors import ConfigurationError
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
 from .native import (
@@ -35,149 +35,15 @@ from .native import (
     query_of,
 )
 from .native.live import LiveRecords
-from .schema import description_of, fitted, function_schema
-from .surfaces import Surface, ToolResult, surface_for, surfaces
+from .schema import fitted
+from .surfaces import Surface, ToolResult, surface_for
+
+__all__ = ["ServerTool", "ServerTools", "server_tool", "share_tools"]  # the declarations as before, from here too
 
 logger = logging.getLogger("agentic_middleware")
 
 TRACE_FIELD = "server_tool_calls"
 NATIVE_FIELD = "native_round"  # a plan's record of the round's native calls (see native/)
-# A tool function that declares this parameter gets the request's `logging_obj`: per-request state lives there.
-REQUEST_PARAMETER = "logging_obj"
-# A tool function that declares this parameter gets the client's native tool options (`NativeOptions`, or None).
-NATIVE_PARAMETER = "native_options"
-
-
-@dataclass(frozen=True)
-class ServerTool:
-    """A function the server runs when the model calls the tool `name`.
-
-    An `async def` runs on the event loop; a plain `def` runs in a worker thread, so that it holds up no
-    other request and its timeout applies (past it the model reads a timeout error; the thread runs on
-    to its end and its result is dropped).
-    """
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    function: Callable[..., Any]
-    timeout: float | None = None
-    run: Callable[..., Awaitable[Any]] = field(init=False, repr=False, compare=False)
-    wants_request: bool = field(init=False, repr=False, compare=False)
-    wants_native: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "run", awaitable(self.function))
-        parameters = inspect.signature(self.function).parameters
-        object.__setattr__(self, "wants_request", REQUEST_PARAMETER in parameters)
-        object.__setattr__(self, "wants_native", NATIVE_PARAMETER in parameters)
-
-    async def __call__(
-        self, arguments: Any, timeout: float, logging_obj: Any, native: NativeOptions | None = None
-    ) -> ToolResult:
-        """Run once; a failure or a timeout becomes an error result the model can read."""
-        if not isinstance(arguments, dict):
-            return ToolResult(f"{self.name} needs a JSON object of arguments, got {arguments!r}", True)
-        if self.wants_request:
-            arguments = {**arguments, REQUEST_PARAMETER: logging_obj}
-        if self.wants_native:
-            arguments = {**arguments, NATIVE_PARAMETER: native}
-        try:
-            async with asyncio.timeout(self.timeout or timeout):
-                result = await self.run(**arguments)
-        except TimeoutError:
-            return ToolResult(f"{self.name} timed out after {self.timeout or timeout:g} s", True)
-        except Exception as error:
-            logger.warning("server tool %s failed: %s: %s", self.name, type(error).__name__, error)
-            return ToolResult(f"{self.name} failed: {type(error).__name__}: {error}", True)
-        try:
-            if isinstance(result, ToolResult):  # its content too: a tool may build one from any value
-                return result._replace(content=text_of(result.content))
-            return ToolResult(text_of(result))
-        except ValueError as error:  # a value no JSON can hold, such as a dict that contains itself
-            logger.warning("server tool %s returned a result that is not JSON: %s", self.name, error)
-            return ToolResult(f"{self.name} failed: its result cannot be written as JSON ({error})", True)
-
-
-def text_of(result: Any) -> str:
-    """A tool's result as the text the model reads: a string as it is, anything else as JSON.
-
-    The JSON is Python's, where orjson's stricter one refuses: integers past 64 bits stay exact, keys that are not
-    strings are written as strings, nesting deeper than orjson's 254 levels is kept; anything else that is not JSON is
-    written as its `str`. A lone surrogate (which UTF-8 cannot carry, so no body could) becomes U+FFFD. Raises
-    ValueError for a value no JSON can hold (one that contains itself, or nesting past Python's recursion limit).
-    """
-    if isinstance(result, str):
-        return result if _utf8(result) else _replace_surrogates(result)
-    try:
-        return orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, deep nesting, a cycle, a lone surrogate
-        pass
-    try:
-        text = json.dumps(result, default=str, ensure_ascii=False, separators=(",", ":"))
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    except TypeError as error:  # keys json cannot write either (a tuple)
-        raise ValueError(str(error)) from None
-    return text if _utf8(text) else _replace_surrogates(text)
-
-
-def _utf8(text: str) -> bool:
-    """Whether UTF-8 can carry the text (no lone surrogate): the bytes of a body must be UTF-8."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _replace_surrogates(text: str) -> str:
-    # Through UTF-16, a surrogate pair becomes its character again; a lone surrogate becomes U+FFFD.
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-@overload
-def server_tool(function: Callable[..., Any], /) -> ServerTool: ...
-@overload
-def server_tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    input_schema: dict[str, Any] | None = None,
-    timeout: float | None = None,
-) -> Callable[[Callable[..., Any]], ServerTool]: ...
-def server_tool(
-    function: Callable[..., Any] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    input_schema: dict[str, Any] | None = None,
-    timeout: float | None = None,
-) -> ServerTool | Callable[[Callable[..., Any]], ServerTool]:
-    """Declare a function as a server tool; name, description and schema default to the function's own."""
-
-    def declare(function: Callable[..., Any]) -> ServerTool:
-        return ServerTool(
-            name=name or function.__name__,
-            description=description or description_of(function),
-            input_schema=input_schema or function_schema(function, frozenset((REQUEST_PARAMETER, NATIVE_PARAMETER))),
-            function=function,
-            timeout=timeout,
-        )
-
-    return declare if function is None else declare(function)
-
-
-def _declared(tool: object) -> ServerTool:
-    """A tool as `ServerTools` serves it: a declaration as it is, a plain function declared with the defaults."""
-    if isinstance(tool, ServerTool):
-        return tool
-    if inspect.isroutine(tool):
-        return server_tool(tool)
-    raise ConfigurationError(
-        f"ServerTools takes functions or tools declared with @server_tool, got {type(tool).__name__}: {tool!r}"
-    )
 
 
 @dataclass
@@ -202,9 +68,9 @@ class ServerTools(AgenticHook):
     agentic_loop_streaming: bool | str | Callable[[dict[str, Any]], Any] = True
 
     def __post_init__(self) -> None:
-        tools = [_declared(tool) for tool in self.tools]
+        tools = [as_server_tool(tool) for tool in self.tools]
         self.by_name: dict[str, ServerTool] = {tool.name: tool for tool in tools}
-        _warn_long(tools)
+        warn_long_descriptions(tools)
         if len(self.by_name) < len(tools):
             names = [tool.name for tool in tools]
             raise ConfigurationError(f"two server tools are named {next(n for n in names if names.count(n) > 1)!r}")
@@ -229,7 +95,7 @@ class ServerTools(AgenticHook):
         Requests already running keep the tools they were given; a call to a tool gone since reads as an error.
         """
         self.by_name = {tool.name: tool for tool in tools}
-        _warn_long(self.by_name.values())
+        warn_long_descriptions(self.by_name.values())
 
     def _native_target(self, tool: Any) -> str | None:
         kind = tool.get("type") if isinstance(tool, dict) else None
@@ -439,18 +305,6 @@ class ServerTools(AgenticHook):
         if not any(peer.keep_trace for peer in self.peers):
             return response
         return {**response, TRACE_FIELD: [*plan.metadata[TRACE_FIELD], *(response.get(TRACE_FIELD) or [])]}
-
-
-def _warn_long(tools: Iterable[ServerTool]) -> None:
-    """Say which descriptions a route's provider would refuse, and so are shortened there (`fitted`)."""
-    for tool in tools:
-        for surface in surfaces().values():
-            limit = surface.max_description
-            if limit is not None and fitted(tool.description, limit) != tool.description:
-                logger.warning(
-                    "server tool %s: its description is %d characters, over the %d %s takes: shortened there",
-                    *(tool.name, len(tool.description), limit, surface.name),
-                )
 
 
 def share_tools(hooks: Iterable[object]) -> None:

@@ -19,11 +19,12 @@ import mcp_types
 from mcp import Client
 from starlette.types import Scope
 
+from ..declare import ServerTool
 from ..errors import ConfigurationError
 from ..native import NativeOptions
 from ..schema import portable
 from ..surfaces import ToolResult
-from ..tools import ServerTool, ServerTools
+from ..tools import ServerTools
 from .results import tool_result
 from .session import CallFailed, Session, reason
 
