@@ -77,6 +77,12 @@ EVIL = {"blocked_domains": ["evil.com"]}
         (EVIL, " http://ev\til.com/ ", False),
         (EVIL, "http://sub.evil.com:8080/", False),
         (EVIL, "http://notevil.com/", True),
+        # Unicode hosts mapped as a browser maps them (UTS 46): full-width dots and letters, percent-encoded too
+        (EVIL, "http://evil\u3002com/", False),
+        (EVIL, "http://\uff25\uff36\uff29\uff2c.com/", False),
+        (EVIL, "http://evil%E3%80%82com/", False),
+        ({"blocked_domains": ["fa\u00df.example"]}, "http://xn--fa-hia.example/", False),  # not IDNA 2003's fass
+        ({"blocked_domains": ["fa\u00df.example"]}, "http://fass.example/", True),
         # Scheme-less URLs, read as an address bar reads them, `//` inside or not
         (EVIL, "evil.com/x", False),
         (EVIL, "evil.com/a//b", False),
