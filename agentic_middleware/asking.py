@@ -75,6 +75,7 @@ class AskingHooks:
     hooks: Sequence[BoundHook]
     request_hooks: Sequence[BoundHook]
     pre_call_hooks: Sequence[BoundHook]
+    guardrail_hooks: Sequence[BoundHook]
     settings: Settings
     observer: Observer
     # The request.
@@ -126,10 +127,13 @@ class AskingHooks:
                 LiveRecords(self.events).keep(self._logging_obj.model_call_details)
         return self._logging_obj
 
-    async def prepared(self, raw: bytes) -> bytes:
-        """The first request body after LiteLLM's pre-call lifecycle and every request hook, in hook order."""
-        changed_by = await self.pre_called() if self.pre_call_hooks else None
-        for hook in self.request_hooks:
+    async def prepared(self, raw: bytes, guardrails_only: bool = False) -> bytes:
+        """The first request body after LiteLLM's pre-call lifecycle and every request hook, in hook order.
+
+        `guardrails_only`: a request that does not loop, judged by the guardrails alone (see `run_pre_call`)."""
+        changed_by = await self.pre_called(guardrails_only) if self.pre_call_hooks else None
+        await self.begin_stream()  # the guardrails have judged: a buffered stream may start (see `begin_stream`)
+        for hook in () if guardrails_only else self.request_hooks:
             body = await self.call_hook(
                 hook, REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
             )
@@ -146,20 +150,37 @@ class AskingHooks:
         except TypeError as error:
             raise HookError(*changed_by, f"the request is not JSON: {error}") from None
 
-    async def pre_called(self) -> tuple[str, str]:
-        """LiteLLM's pre-call lifecycle (see `precall`): the body it gives, and the keys and limit it sets."""
+    async def begin_stream(self) -> None:
+        """A buffered stream's 200 and keep-alives start once the guardrails have judged the request, so that a
+        guardrail's refusal keeps its status; a live stream starts with the app's first answer."""
+        if self.events is not None and not self.events.opened:
+            await self.events.open()
+
+    async def pre_called(self, guardrails_only: bool = False) -> tuple[str, str]:
+        """LiteLLM's pre-call lifecycle (see `precall`): the body it gives, and the keys and limit it sets; with
+        `guardrails_only`, the body the guardrails leave (a stream that passes by stays one: the app streams it)."""
+        if guardrails_only:
+            hooks, stream = self.guardrail_hooks, self.body.get("stream") is True
+            options = self.body.get("stream_options")
+        else:
+            hooks, stream = self.pre_call_hooks, self.streaming
+            options = self.events.stream_options if self.events is not None else None
         result = await run_pre_call(
-            self.pre_call_hooks,
+            hooks,
             self.body,
-            stream=self.streaming,
-            stream_options=self.events.stream_options if self.events is not None else None,
+            stream=stream,
+            stream_options=options,
             api_surface=self.surface.api_surface,
             provider=self.provider,
             call_id=self.call_id,
             logging_obj=self.logging_obj,
             call=self.call_hook,
             state=self.dispatch.scope["state"],
+            guardrails_only=guardrails_only,
         )
+        if guardrails_only:
+            self.body = result.body
+            return ", ".join(hook.name for hook in hooks), "apply_guardrail"
         if self.streaming and not result.stream:  # turned into a non-stream: the app answers whole (buffered)
             result.body = {
                 name: value for name, value in result.body.items() if name not in ("stream", "stream_options")

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+
 
 class ConfigurationError(ValueError):
     """The middleware is set up wrongly; raised when it is built, so a gateway fails at start."""
@@ -47,15 +53,20 @@ class RequestRefused(LoopError):
 
     The message stays whole when the operator hides error details: it names the client's own fields, nothing of the
     server's.
+
+    A guardrail or pre-call hook that says no the LiteLLM way (an HTTP exception: `refusal_of`) refuses with its
+    own `status` and `headers` (a 403, a 429 with `retry-after`...).
     """
 
     status = 400
     code = "invalid_request"
     ended_by = "invalid_request"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, status: int = 400, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         super().__init__(message)
         self.summary = message
+        self.status = status
+        self.headers = list(headers)
 
 
 class ModelAppError(LoopError):
@@ -81,3 +92,34 @@ class LoopCancelled(LoopError):
     code = "agentic_loop_cancelled"
     ended_by = "cancelled"
     summary = "the request was cancelled: the server is stopping"
+
+
+def refusal_of(error: BaseException | None) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
+    """(status, message, headers) when an exception says no with an HTTP status, else None.
+
+    Those are Starlette's `HTTPException` (FastAPI's subclasses it), which LiteLLM's guardrails raise to block, and
+    LiteLLM's own exceptions that carry a `status_code` (`GuardrailRaisedException`, `BlockedPiiEntityError`,
+    `litellm.exceptions.*` such as `BadRequestError` or `RateLimitError`), found by their module so that LiteLLM
+    need not be imported. Any other exception, one with a `status_code` of its own included (an HTTP client's error
+    from a service a hook calls), is a hook failure, not a refusal.
+    """
+    status: Any
+    detail: Any
+    if isinstance(error, HTTPException):
+        status, detail, highest = error.status_code, error.detail, 599
+        headers = dict(error.headers or {})
+    elif any(kind.__module__ == "litellm.exceptions" for kind in type(error).__mro__):
+        # A 4xx says no; LiteLLM's 5xx exceptions are failures (a service it could not reach), not refusals.
+        status, detail, highest, headers = getattr(error, "status_code", None), getattr(error, "message", None), 499, {}
+        detail = detail if isinstance(detail, str) else str(error)
+    else:
+        return None
+    if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= highest:
+        return None
+    message = detail if isinstance(detail, str) else orjson.dumps(detail, default=str).decode()
+    kept = [(str(name).lower(), str(value)) for name, value in headers.items()]
+    return status, message, [(n.encode("latin-1"), v.encode("latin-1")) for n, v in kept if n not in _OWN_HEADERS]
+
+
+# Headers of a refusal's response that are the middleware's to write, not the exception's.
+_OWN_HEADERS = frozenset(("content-type", "content-length", "transfer-encoding"))

@@ -23,7 +23,7 @@ from .asking import REQUEST_HOOK, AskingHooks, Closing, Rerun
 from .config import Settings, loop_limit
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
-from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
+from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout, RequestRefused
 from .hooks import BoundHook
 from .live import LiveStream
 from .observe import (
@@ -36,7 +36,7 @@ from .observe import (
     sum_usage,
 )
 from .payload import JSONObject, parse_object
-from .precall import has_pre_call
+from .precall import has_pre_call, is_guardrail
 from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
@@ -67,6 +67,7 @@ class LoopSetup:
         self.hooks = hooks
         self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
         self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle
+        self.guardrail_hooks = [hook for hook in hooks if is_guardrail(hook)]  # they judge every request
         self.internal_headers = settings.header_templates()
         self.settings = settings
         self.observer = observer
@@ -91,11 +92,14 @@ class AgenticLoop(AskingHooks):
         stream_options: Any = None,
         streaming: bool = False,
         relay: StreamRelay | None = None,
+        checks_only: bool = False,
     ) -> None:
         settings = setup.settings
+        self.checks_only = checks_only  # a request that does not loop: its guardrails judge it, the app answers it
         self.hooks = setup.hooks
         self.request_hooks = setup.request_hooks
         self.pre_call_hooks = setup.pre_call_hooks
+        self.guardrail_hooks = setup.guardrail_hooks
         self.settings = settings
         self.observer = setup.observer
         self.surface = surface
@@ -151,8 +155,7 @@ class AgenticLoop(AskingHooks):
             reply: Reply | None = None
             try:
                 if self.events is not None:
-                    await self.events.open()
-                    self.watch_client()  # the stream has begun: nothing else will hear of a disconnect
+                    self.watch_client()  # the stream is under way: nothing else will hear of a disconnect
                 reply = await self.answer(raw)
             except Exception as error:
                 if self.dispatch.forwarded:
@@ -269,12 +272,16 @@ class AgenticLoop(AskingHooks):
     async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
         self.limit = self.request_limit()  # set by an outer middleware, if any
-        if (self.request_hooks or self.pre_call_hooks) and self.limit:
+        may_loop = bool(self.limit) and not self.checks_only
+        if may_loop and (self.request_hooks or self.pre_call_hooks):
             raw = await self.prepared(raw)
+        elif self.guardrail_hooks:  # no loop, yet the guardrails judge the request
+            raw = await self.prepared(raw, guardrails_only=True)
+        await self.begin_stream()
         answer = await self.call_app(raw)
         if answer is None:
             return None
-        looping = bool(self.limit)
+        looping = may_loop and bool(self.limit)  # a pre-call hook may have set the limit
         self.limit = self.request_limit()  # or by the app, during its first call
         if not looping:
             return answer  # no reruns for this request: the app's answer as it is, no hook asked
@@ -375,7 +382,10 @@ class AgenticLoop(AskingHooks):
         self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=error.__cause__ or error)
         message = str(error) if self.settings.error_details else f"{error.summary} (call id {self.call_id})"
         body = self.surface.error_body(error.status, message, error.code)
-        return Reply(json_start(error.status, len(body), self.loop_headers()), body)
+        headers = self.loop_headers()
+        if isinstance(error, RequestRefused):  # a guardrail's own headers (a 429's retry-after)
+            headers += error.headers
+        return Reply(json_start(error.status, len(body), headers), body)
 
 
 _NO_SPAN = contextlib.nullcontext()

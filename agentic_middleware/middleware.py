@@ -109,13 +109,18 @@ class AgenticLoopMiddleware:
         self.providers = {surface.name: self.settings.provider(surface) for surface in surfaces().values()}
         warn_uncovered(app, table)
         self.stream_wishes = _stream_wishes(self.hooks)
+        # With a guardrail or a pre-call hook mounted, a request on a route they judge never reaches the app unseen.
+        self.guarded = any(has_pre_call(hook) for hook in self.hooks)
         self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.surface_of(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        compact = surface is None and (surface := self._compact_judged(scope)) is not None
         if surface is None:
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
+            elif scope["type"] == "websocket" and self.guarded and self.surface_of(scope["path"]) is not None:
+                await send({"type": "websocket.close", "code": 1008, "reason": "guardrails cannot judge websockets"})
             elif (last := self._beside_responses(scope)) is not None:
                 assert self.chains is not None
                 await beside(self.chains, self.app, scope, receive, send, last, self.settings.max_body_bytes)
@@ -127,6 +132,10 @@ class AgenticLoopMiddleware:
             return  # the client left before its request was complete: nobody to answer
         raw, complete = request
         if not complete or len(raw) > self.settings.max_body_bytes:  # however the body arrived: whole, or in chunks
+            if self.guarded:  # the guardrails cannot read it: refused, not passed on unchecked
+                message = f"the request body is over max_body_bytes={self.settings.max_body_bytes}"
+                await _refuse(send, surface, 413, message, "request_too_large")
+                return
             logger.warning(
                 "request body over max_body_bytes=%d: passed through without hooks", self.settings.max_body_bytes
             )
@@ -151,16 +160,18 @@ class AgenticLoopMiddleware:
                     body, changed = resumed, True
             streaming = body.get("stream") is True
             mode = self.stream_mode(body) if streaming and self.hooks else None
-            takes_part = bool(self.hooks) and (not streaming or mode is not None)
+            takes_part = bool(self.hooks) and (not streaming or mode is not None) and not compact
+            # A stream that passes by the loop is still judged by the guardrails: they judge the request.
+            checks_only = not takes_part and bool(self.setup.guardrail_hooks)
             stream_options = relay = None
-            if takes_part:
+            if takes_part or checks_only:
                 problem, code = _wrong_type(body), "invalid_request"
-                if problem is None and self._may_loop(scope):
+                if problem is None and takes_part and self._may_loop(scope):
                     problem, code = surface.unsupported(body), "unsupported_parameter"
                 if problem is not None:
                     await _refuse(send, surface, 400, problem[1], code, problem[0])
                     return
-                if streaming:
+                if streaming and takes_part:
                     stream_options = body.get("stream_options")
                     relay = surface.relay(stream_options) if mode == "live" else None
                     if isinstance(send, ShownIds):  # each round's id is hidden from its first event on
@@ -176,7 +187,7 @@ class AgenticLoopMiddleware:
             if changed:
                 raw = orjson.dumps(body)
                 scope = scope_with_body_length(scope, len(raw))
-            if takes_part:
+            if takes_part or checks_only:
                 if not self.litellm_checked:  # LiteLLM's proxy reads its config at its start-up, after our __init__
                     self.litellm_checked = warn_if_litellm_runs(self.settings.hooks, final=True)
                 if not self.lifecycle.started and not await self._started(surface, send):
@@ -190,12 +201,16 @@ class AgenticLoopMiddleware:
                     send,
                     body,
                     stream_options,
-                    streaming,
+                    streaming and not checks_only,  # passing by: the app's stream goes to the client as it is
                     relay,
+                    checks_only,
                 )
                 with self.lifecycle.in_flight:  # a shut-down waits for the loop, its cancellation included
                     await loop.run(raw)
                 return
+        elif self.guarded:  # a JSON array, string, number or null, or no body: nothing the guardrails can judge
+            await _refuse(send, surface, 400, "the request body must be a JSON object", "invalid_request")
+            return
         await self.app(scope, replay(raw, receive), send)
 
     async def _started(self, surface: Surface, send: Send) -> bool:
@@ -207,6 +222,15 @@ class AgenticLoopMiddleware:
             await _refuse(send, surface, 503, f"server tools are unavailable: {error}", "hooks_unavailable")
             return False
         return True
+
+    def _compact_judged(self, scope: Scope) -> Surface | None:
+        """For `POST <Responses route>/compact` with a guardrail mounted, the route's format: the conversation goes to
+        the model to be compacted, so the guardrails judge it as a request that does not loop; else None."""
+        if not self.setup.guardrail_hooks or scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        base, _, last = scope["path"].rpartition("/")
+        surface = self.surface_of(base) if last == "compact" else None
+        return surface if surface is not None and surface.chains_by_id else None
 
     def _beside_responses(self, scope: Scope) -> str | None:
         """For a request under a Responses route that may name a recorded id (`POST .../compact`, `POST

@@ -17,12 +17,11 @@ LiteLLM is not imported: its call types are plain strings, which compare equal t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import HookError
-from .surfaces.responses import input_items
+from .errors import HookError, RequestRefused, refusal_of
+from .guardrail_inputs import GuardrailView, skips
 
 if TYPE_CHECKING:
     from .hooks import AgenticLoopLogging, BoundHook
@@ -36,7 +35,7 @@ PRE_CALL_METHODS = (GUARDRAIL, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
 CALL_TYPES = {"anthropic_messages": "anthropic_messages", "chat_completions": "acompletion", "responses": "aresponses"}
 
 # The request fields a pre-call hook may change; other changes stay in its kwargs.
-BODY_FIELDS = ("messages", "input", "instructions", "tools", "tool_choice")
+BODY_FIELDS = ("system", "messages", "input", "instructions", "tools", "tool_choice")
 
 # Keys the middleware gives the pre-call hooks that are not request parameters and are not carried on.
 _GIVEN = frozenset(
@@ -48,6 +47,11 @@ def has_pre_call(hook: BoundHook) -> bool:
     """Whether a hook takes part in the pre-call lifecycle: a guardrail wanting `pre_call`, or a pre-call hook."""
     if hook.methods[DEPLOYMENT_HOOK] is not None or hook.methods[PRE_REQUEST_HOOK] is not None:
         return True
+    return is_guardrail(hook)
+
+
+def is_guardrail(hook: BoundHook) -> bool:
+    """A guardrail that judges requests: its `apply_guardrail` runs before the first model call."""
     return hook.methods[GUARDRAIL] is not None and _wants_pre_call(getattr(hook.hook, "event_hook", None))
 
 
@@ -116,8 +120,13 @@ async def run_pre_call(
     logging_obj: AgenticLoopLogging,
     call: Callable[..., Awaitable[Any]],
     state: Mapping[str, Any],
+    guardrails_only: bool = False,
 ) -> PreCall:
-    """Run every hook's pre-call methods over one request, in LiteLLM's order; `call` calls one hook method."""
+    """Run every hook's pre-call methods over one request, in LiteLLM's order; `call` calls one hook method.
+
+    `guardrails_only`: a request that does not loop (a stream passing through, a loop limit of 0) is still judged
+    by the guardrails, but not prepared for a loop that will not run (the deployment and pre-request hooks, which
+    convert tools for it and may turn its stream off)."""
     # Identity is the gateway's to say, never the client's: fields LiteLLM's proxy sets from the caller's key are
     # dropped from what the client sent, and `user_api_key_hash` comes from `request.state` alone (hooks key
     # per-caller state by it, e.g. session-scoped code sandboxes).
@@ -131,23 +140,37 @@ async def run_pre_call(
         kwargs["stream_options"] = stream_options
     call_type = CALL_TYPES.get(api_surface)
     for hook in hooks:
-        if hook.methods[GUARDRAIL] is not None and _wants_pre_call(getattr(hook.hook, "event_hook", None)):
+        if is_guardrail(hook):
             await _guardrail(hook, kwargs, api_surface, logging_obj, call)
+    if guardrails_only:
+        return _applied(body, kwargs, stream)
     for hook in hooks:
         if hook.methods[DEPLOYMENT_HOOK] is not None:
-            result = await call(hook, DEPLOYMENT_HOOK, kwargs=kwargs, call_type=call_type)
+            result = await _called(call, hook, DEPLOYMENT_HOOK, kwargs=kwargs, call_type=call_type)
             kwargs = _kwargs_of(hook, DEPLOYMENT_HOOK, result, kwargs)
     if api_surface == "anthropic_messages":
         model, messages = kwargs.pop("model", None), kwargs.pop("messages", None)
         kwargs.setdefault("litellm_params", {"custom_llm_provider": provider})
         for hook in hooks:
             if hook.methods[PRE_REQUEST_HOOK] is not None:
-                result = await call(hook, PRE_REQUEST_HOOK, model=model, messages=messages, kwargs=kwargs)
+                result = await _called(call, hook, PRE_REQUEST_HOOK, model=model, messages=messages, kwargs=kwargs)
                 kwargs = _kwargs_of(hook, PRE_REQUEST_HOOK, result, kwargs)
         kwargs.setdefault("messages", messages)
         if model is not None:
             kwargs.setdefault("model", model)
     return _applied(body, kwargs, stream)
+
+
+async def _called(call: Callable[..., Awaitable[Any]], hook: BoundHook, method: str, **arguments: Any) -> Any:
+    """One pre-call method; an HTTP exception it raises to say no (see `refusal_of`) refuses the request."""
+    try:
+        return await call(hook, method, **arguments)
+    except HookError as error:
+        refused = refusal_of(error.__cause__)
+        if refused is None:
+            raise
+        status, message, headers = refused
+        raise RequestRefused(message, status, headers) from error.__cause__
 
 
 def _kwargs_of(hook: BoundHook, method: str, result: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -182,87 +205,36 @@ async def _guardrail(
     logging_obj: AgenticLoopLogging,
     call: Callable[..., Awaitable[Any]],
 ) -> None:
-    """One guardrail's `apply_guardrail` on the request: its messages and tools written back into `request_data`
-    (on Responses, its `input` and `instructions`: from the texts it returns, or its structured messages)."""
-    responses = api_surface == "responses"
-    given = input_items(request_data) if responses else request_data.get("messages")
-    if not isinstance(given, list):
-        return
-    messages: list[Any] = given
-    texts = _responses_texts(request_data) if responses else _texts(messages)
+    """One guardrail's `apply_guardrail` on the request, given what LiteLLM's proxy gives it (guardrail_inputs.py):
+    the structured messages or the texts it returns, and its tools, are written back into `request_data`."""
+    view = GuardrailView(request_data, api_surface, *skips(hook.hook))
     tools = request_data.get("tools")
     chat_tools = _chat_tools(tools, api_surface)
-    inputs: dict[str, Any] = {"texts": texts, "structured_messages": messages}
+    inputs: dict[str, Any] = {"texts": view.texts, "structured_messages": view.messages}
     if chat_tools:
         inputs["tools"] = chat_tools
     if isinstance(request_data.get("model"), str):
         inputs["model"] = request_data["model"]
-    result = await call(
-        hook, GUARDRAIL, inputs=inputs, request_data=request_data, input_type="request", logging_obj=logging_obj
+    result = await _called(
+        call, hook, GUARDRAIL, inputs=inputs, request_data=request_data, input_type="request", logging_obj=logging_obj
     )
     if not isinstance(result, dict):
         raise HookError(hook.name, GUARDRAIL, f"returned {type(result).__name__}, not the guardrail inputs")
     returned_messages = result.get("structured_messages")
-    if isinstance(returned_messages, list) and returned_messages is not messages:
-        request_data["input" if responses else "messages"] = list(returned_messages)
-    elif responses and result.get("texts") is not texts:
-        _write_texts(hook, request_data, result.get("texts"), texts)
+    returned_texts = result.get("texts")
+    if isinstance(returned_messages, list) and returned_messages is not view.messages:
+        view.write_messages(returned_messages)
+    elif isinstance(returned_texts, list) and returned_texts != view.texts:
+        if len(returned_texts) != len(view.texts) or not all(isinstance(text, str) for text in returned_texts):
+            raise HookError(
+                hook.name, GUARDRAIL, f"returned {len(returned_texts)} texts for the {len(view.texts)} it was given"
+            )
+        view.write_texts(returned_texts)
+    else:
+        view.write_system_edit()
     returned_tools = result.get("tools")
     if isinstance(returned_tools, list) and returned_tools is not chat_tools:
         request_data["tools"] = _route_tools(returned_tools, tools, api_surface)
-
-
-def _texts(messages: list[Any]) -> list[str]:
-    """Every text of the messages, in order (string contents and text parts)."""
-    texts = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            texts.extend(
-                part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-            )
-    return texts
-
-
-def _responses_texts(request_data: dict[str, Any]) -> list[str]:
-    """A Responses request's texts, as LiteLLM's proxy gives its guardrails: `instructions` first, then the input's
-    (a string input, message contents and their text parts, tool outputs that are text)."""
-    return [holder[key] for holder, key in _text_slots(request_data)]
-
-
-def _text_slots(request_data: dict[str, Any]) -> list[tuple[Any, Any]]:
-    """Where each of `_responses_texts` stands: (container, key) pairs, in order."""
-    slots: list[tuple[Any, Any]] = []
-    if isinstance(request_data.get("instructions"), str):
-        slots.append((request_data, "instructions"))
-    items = request_data.get("input")
-    if isinstance(items, str):
-        return [*slots, (request_data, "input")]
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, dict):
-            continue
-        key = "output" if str(item.get("type", "")).endswith("_call_output") else "content"
-        value = item.get(key)
-        if isinstance(value, str):
-            slots.append((item, key))
-        elif isinstance(value, list):
-            slots += [(part, "text") for part in value if isinstance(part, dict) and isinstance(part.get("text"), str)]
-    return slots
-
-
-def _write_texts(hook: BoundHook, request_data: dict[str, Any], returned: Any, given: list[str]) -> None:
-    """The texts a guardrail returned, written where they came from (on a copy of the input: the client's body
-    stays as it was)."""
-    if not isinstance(returned, list) or returned == given:
-        return
-    if len(returned) != len(given) or not all(isinstance(text, str) for text in returned):
-        raise HookError(hook.name, GUARDRAIL, f"returned {len(returned)} texts for the {len(given)} it was given")
-    if isinstance(request_data.get("input"), list):
-        request_data["input"] = copy.deepcopy(request_data["input"])
-    for (holder, key), text in zip(_text_slots(request_data), returned, strict=True):
-        holder[key] = text
 
 
 def _chat_tools(tools: Any, api_surface: str) -> list[Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from .asgi import json_start
 from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
@@ -30,7 +31,10 @@ SSE_HEADERS = [
 
 
 class EventStream:
-    """Writes one client's event stream: opened before the loop, closed with its reply.
+    """Writes one client's event stream: opened once the guardrails judged the request, closed with its reply.
+
+    A reply that ends the request before the stream opened (a guardrail's refusal) is written as it is, with
+    its status.
 
     Every write goes through the client's `ClientWriter`, so nothing is written once the client left.
     """
@@ -45,9 +49,12 @@ class EventStream:
         self.done = False  # the stream's end was written, or the client left
 
     async def open(self) -> None:
+        await self.start()
+        self.pinger = asyncio.ensure_future(self.keep_alive())
+
+    async def start(self) -> None:
         self.opened = True
         await self.write({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        self.pinger = asyncio.ensure_future(self.keep_alive())
 
     async def keep_alive(self) -> None:
         keepalive = self.surface.keepalive()
@@ -61,6 +68,15 @@ class EventStream:
     async def close(self, reply: Reply | None) -> None:
         """Write the reply as events, then end the stream."""
         await self.stop_keep_alive()
+        if not self.opened:
+            if reply is None:
+                return
+            if not 200 <= reply.start["status"] < 300:  # an error before the stream began: with its status
+                await self.write(reply.start)
+                await self.write({"type": "http.response.body", "body": reply.body})
+                self.done = True
+                return
+            await self.start()
         try:
             events = list(self.events(reply)) if reply is not None else []
         except Exception as error:  # an answer of a shape the events cannot carry: say so, in the stream
@@ -73,6 +89,11 @@ class EventStream:
         await self.stop_keep_alive()
         if self.opened and not self.done:
             await self.end([self.surface.error_event(status, message, code)])
+        elif not self.opened and not self.write.started:
+            body = self.surface.error_body(status, message, code)
+            await self.write(json_start(status, len(body)))
+            await self.write({"type": "http.response.body", "body": body})
+            self.done = True
 
     async def end(self, events: Iterable[bytes]) -> None:
         """Write the last events and the end of the stream, stopping at once if the client leaves meanwhile."""
