@@ -1,5 +1,7 @@
 """Server-side tools for any LLM gateway: a pure ASGI agentic loop with LiteLLM-compatible hooks."""
 
+__version__ = "0.2.0"  # the one place the version is written: pyproject.toml reads it (tool.hatch.version)
+
 from .chains import ChainStore, MemoryChainStore
 from .config import Settings, load_config
 from .declare import ServerTool, server_tool
@@ -27,6 +29,7 @@ __all__ = [
     "ServerTool",
     "ServerTools",
     "Settings",
+    "__version__",
     "load_config",
     "server_tool",
 ]

@@ -55,6 +55,7 @@ _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # latin-1 text without l
 SECTION = "agentic_middleware"
 ENV_PREFIX = "os.environ/"
 MCP_SERVERS = "mcp_servers"  # builds `MCPTools` hooks (agentic_middleware.mcp)
+BUILTIN_TOOLS = "builtin_tools"  # the shipped tools by name (agentic_middleware.builtin)
 
 
 def loop_limit(value: object, source: str, least: int = 0) -> int:
@@ -327,7 +328,7 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     if not isinstance(document, dict):
         raise ConfigurationError(f"{file}: the top level must be a mapping, got {type(document).__name__}")
     section = _mapping(document.get(SECTION) or {}, SECTION, file)
-    known = {f.name for f in fields(Settings)} | {MCP_SERVERS}
+    known = {f.name for f in fields(Settings)} | {MCP_SERVERS, BUILTIN_TOOLS}
     unknown = sorted(map(str, set(section) - known))
     if unknown:
         raise ConfigurationError(
@@ -342,6 +343,9 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
         for where, listed in zip(("litellm_settings.callbacks", f"{SECTION}.hooks"), entries, strict=True)
         for hook in resolve_hooks(listed, f"{where} in {file}", file.parent.resolve())
     )
+    if options.get(BUILTIN_TOOLS) is not None:
+        hooks += _builtin_hooks(options.pop(BUILTIN_TOOLS), f"{SECTION}.{BUILTIN_TOOLS}", file)
+    options.pop(BUILTIN_TOOLS, None)
     if options.get(MCP_SERVERS) is not None:
         hooks += _mcp_hooks(options.pop(MCP_SERVERS), f"{SECTION}.{MCP_SERVERS}", file)
     options.pop(MCP_SERVERS, None)
@@ -368,6 +372,15 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
             (f" (from the environment variable {variables[n]})" for n in variables if f"{error}".startswith(n)), ""
         )
         raise ConfigurationError(f"{file}: {SECTION}.{error}{source}") from None
+
+
+def _builtin_hooks(entries: object, where: str, file: Path) -> tuple[object, ...]:
+    from .builtin import from_config
+
+    try:
+        return from_config(entries, where)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{file}: {error}") from None
 
 
 def _mcp_hooks(entries: object, where: str, file: Path) -> tuple[object, ...]:

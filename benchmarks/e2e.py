@@ -203,12 +203,21 @@ def upstream(python: str, tmp: Path) -> Server:
     return Server("upstream", [*argv, "--log-level", "warning", "--no-access-log"], port, tmp)
 
 
+def gateway_command() -> list[str]:
+    """The `agentic-gateway` console script as a user runs it (`pip install 'agentic-middleware[gateway]'`), from
+    this interpreter's environment; `python -m agentic_middleware.gateway`, the same `main`, where it is not installed
+    (an editable install made before the script existed)."""
+    script = Path(sys.executable).with_name("agentic-gateway")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agentic_middleware.gateway"]
+
+
 def gateway(upstream: Server, tmp: Path, workers: int = 1) -> Server:
-    """The gateway example as shipped, `python -m examples.gateway`, in upstream mode with the benchmark's hook."""
+    """The gateway as shipped, `agentic-gateway --upstream`, with the benchmark's hook."""
     port = free_port()
-    argv = [sys.executable, "-m", "examples.gateway", "--port", str(port), "--config", str(HERE / "e2e_gateway.yaml")]
-    argv += ["--workers", str(workers), "--no-access-log"]  # no log, as the upstream runs and a loaded gateway would
-    return Server(f"our gateway {workers}", argv, port, tmp, {"AGENTIC_UPSTREAM": f"{upstream.url}/v1"})
+    argv = [*gateway_command(), "--upstream", f"{upstream.url}/v1", "--port", str(port)]
+    argv += ["--config", str(HERE / "e2e_gateway.yaml"), "--workers", str(workers)]
+    argv += ["--no-access-log"]  # no log, as the upstream runs and a loaded gateway would
+    return Server(f"our gateway {workers}", argv, port, tmp, {})
 
 
 def litellm_proxy(python: str, upstream: Server, tmp: Path, key: str) -> Server:
@@ -257,7 +266,7 @@ def cpu(results: list[Result], watched: Mapping[str, str]) -> str:
 
 CLIENTS = {"lean": "the lean client", "aiohttp": "aiohttp", "httpx-aiohttp": "httpx + httpx-aiohttp", "httpx": "httpx"}
 CHOSEN = "aiohttp"
-"""The upstream client of `examples/gateway/upstream.py`; the row below says whether it is still the cheapest."""
+"""The upstream client of `agentic_middleware/gateway/upstream.py`; the row below says if it is still the cheapest."""
 
 
 async def end_to_end(config: Config) -> list[Row]:
@@ -448,7 +457,8 @@ async def litellm_side_by_side(config: Config) -> list[Row]:
     note = f"{others} (the SDK's is the load generator's process, LiteLLM imported)"
     rows.append(Row(6, "peak RSS of our gateway process", "VmHWM", rss["ours"], 100, note, unit="MB"))
     theirs_start = f"LiteLLM proxy {proxy_start:.1f} s" if proxy_start else f"LiteLLM proxy {why}"
-    detail = f"`python -m examples.gateway` spawn to first 200, {our_start_cpu:.2f} s of it on a CPU; {theirs_start}"
+    started = Path(gateway_command()[-1]).name
+    detail = f"`{started}` spawn to first 200, {our_start_cpu:.2f} s of it on a CPU; {theirs_start}"
     rows.append(Row(6, "start-up of our gateway", "seconds", our_start, 1, detail, unit="s"))
     return rows
 

@@ -14,8 +14,8 @@ from streams import LockStep, event_stream
 from support import ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.gateway import serving
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, tool_call, tool_use
-from examples.gateway import serving
 
 PREAMBLE = "pre0 pre1 pre2 "
 TOKENS = "tok0 tok1 tok2 tok3 tok4 "

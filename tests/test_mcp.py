@@ -27,9 +27,9 @@ from starlette.applications import Starlette
 from support import Route
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, load_config, server_tool
+from agentic_middleware.gateway.serve import serving
 from agentic_middleware.mcp import MCPTools
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
-from examples.gateway.serve import serving
 
 # Starting a stdio server imports the SDK in a new process: seconds on a loaded machine, past the manager's 5 s.
 PATIENT = {"startup_timeout": 60, "shutdown_timeout": 30}
@@ -437,7 +437,7 @@ def test_a_required_server_down_fails_the_gateways_start_under_uvicorn(tmp_path:
             "agentic_middleware:\n"
             f"  mcp_servers: [{{url: 'http://127.0.0.1:{sock.getsockname()[1]}/mcp', required: true}}]\n"
         )
-        argv = [sys.executable, "-m", "examples.gateway", "--port", "0", "--config", str(config)]
+        argv = [sys.executable, "-m", "agentic_middleware.gateway", "--port", "0", "--config", str(config)]
         done = subprocess.run(argv, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3  # uvicorn's exit status for a failed start-up
     assert "Application startup failed" in done.stderr and "is unreachable" in done.stderr

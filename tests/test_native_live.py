@@ -22,6 +22,7 @@ from streams import event_stream
 from test_native import ANSWER, CANBERRA, QUESTION, SPAM, SYDNEY, WEB_SEARCH, Search, native_tool, own_vocabulary
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.gateway import serving
 from agentic_middleware.native import NativeOptions, search_result
 from agentic_middleware.surfaces import ToolResult
 from agentic_middleware.testing import (
@@ -34,7 +35,6 @@ from agentic_middleware.testing import (
     tool_call,
     tool_use,
 )
-from examples.gateway import serving
 
 USAGE = {"input_tokens": 30, "output_tokens": 7}
 

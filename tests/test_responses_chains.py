@@ -17,9 +17,9 @@ from storing import StoringModel
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError
 from agentic_middleware.chains import MemoryChainStore, chain_key
+from agentic_middleware.gateway import serving
 from agentic_middleware.testing import ScriptedModel, function_call, response
 from agentic_middleware.tools import ServerTools, server_tool
-from examples.gateway import serving
 
 
 @server_tool

@@ -12,8 +12,8 @@ from starlette.responses import JSONResponse
 from streams import LockStep, event_stream
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.gateway import serving
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
-from examples.gateway import serving
 
 PREAMBLE = "pre0 pre1 pre2 "
 TOKENS = "tok0 tok1 tok2 tok3 tok4 "

@@ -12,6 +12,14 @@ tools.py is the hook (its options, the tools as declared, forwarded headers), se
 server, results.py what an MCP result becomes for the model.
 """
 
+try:  # the SDK and what it brings, checked first: a missing one names the extra, not itself
+    import httpx2  # noqa: F401
+    import mcp  # noqa: F401
+except ImportError as error:
+    raise ImportError(
+        f"agentic_middleware.mcp needs the mcp SDK: pip install 'agentic-middleware[mcp]' ({error})", name=error.name
+    ) from error
+
 from .results import tool_result
 from .tools import MCPTools, from_config
 

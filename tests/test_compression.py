@@ -1,4 +1,4 @@
-"""examples/compression: stubs go to the model, retrieve brings the original back, the stash dies with the request."""
+"""Built-in compression: stubs go to the model, retrieve brings the original back, the stash dies with the request."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from conftest import http_client, openai_client
 from support import Route, post
 
-import examples.compression.hook as compression_module
+import agentic_middleware.compression as compression_module
 from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.compression import CompressionHook
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
-from examples.compression import CompressionHook
 
 LONG = "".join(f"line {n}: the quarterly report says revenue grew. " for n in range(120))  # ~5,600 chars
 

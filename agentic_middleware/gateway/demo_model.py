@@ -16,10 +16,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from agentic_middleware import sse
-from agentic_middleware.sse import responses_events
-from agentic_middleware.testing import chat_completion, function_call, message, response, tool_call, tool_use
-
+from .. import sse
+from ..sse import responses_events
+from ..testing import chat_completion, function_call, message, response, tool_call, tool_use
 from .wire import Route, error_response
 
 _TOP_RESULT = re.compile(r"^\[1\] (?P<title>.+)\nURL: (?P<url>\S+)\n(?P<snippet>.+)$", re.MULTILINE)

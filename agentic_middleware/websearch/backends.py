@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from agentic_middleware.native import NativeOptions
-
+from ..native import NativeOptions
 from .bm25 import BM25
 
-if TYPE_CHECKING:  # imported where a search goes out: a gateway on the local corpus starts without it (about 65 ms)
-    import httpx
+if TYPE_CHECKING:  # imported where a search goes out: a gateway on the local corpus starts without it
+    import aiohttp
 
 CORPUS = Path(__file__).with_name("corpus.json")
 
@@ -60,6 +59,9 @@ class HttpSearch:
     from the native options; not the user's country, whose ISO code Tavily's `country` does not take); `api_key`
     goes in a Bearer header.
     A failing call raises, and the toolkit turns that into an error result the model can read.
+
+    The client is `aiohttp`, the gateway's own (`pip install 'agentic-middleware[gateway]'`): one HTTP client in the
+    package, not two. Without `client`, each search opens a session of its own and closes it.
     """
 
     def __init__(
@@ -67,7 +69,7 @@ class HttpSearch:
         base_url: str,
         kind: Literal["searxng", "tavily"] = "searxng",
         api_key: str | None = None,
-        client: httpx.AsyncClient | None = None,
+        client: aiohttp.ClientSession | None = None,
         timeout: float = 10.0,
     ) -> None:
         if kind not in ("searxng", "tavily"):
@@ -81,24 +83,29 @@ class HttpSearch:
     async def search(self, query: str, max_results: int, options: NativeOptions | None = None) -> list[SearchResult]:
         if self.client is not None:
             return await self._search(self.client, query, max_results, options)
-        import httpx
-
-        async with httpx.AsyncClient(timeout=self.timeout) as client:  # one per call: nothing to close later
+        try:
+            import aiohttp
+        except ImportError:
+            raise ImportError("HttpSearch needs aiohttp: pip install 'agentic-middleware[gateway]'") from None
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as client:  # one per call: nothing to close later
             return await self._search(client, query, max_results, options)
 
     async def _search(
-        self, client: httpx.AsyncClient, query: str, max_results: int, options: NativeOptions | None
+        self, client: aiohttp.ClientSession, query: str, max_results: int, options: NativeOptions | None
     ) -> list[SearchResult]:
         url = f"{self.base_url}/search"
         if self.kind == "searxng":
-            response = await client.get(url, params={"q": query, "format": "json"}, headers=self.headers)
+            request = client.get(url, params={"q": query, "format": "json"}, headers=self.headers)
         else:
             body: dict[str, Any] = {"query": query, "max_results": max_results}
             if options is not None:
                 body.update(_tavily_options(options))
-            response = await client.post(url, json=body, headers=self.headers)
-        response.raise_for_status()
-        items: Any = response.json().get("results")
+            request = client.post(url, json=body, headers=self.headers)
+        async with request as response:
+            response.raise_for_status()
+            answer: Any = await response.json(content_type=None)
+        items: Any = answer.get("results") if isinstance(answer, dict) else None
         return [
             SearchResult(
                 str(item.get("title") or ""),

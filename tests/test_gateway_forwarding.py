@@ -1,4 +1,4 @@
-"""examples/gateway's Upstream as a transparent proxy: redirects, proxies, TLS, headers both ways, its own errors.
+"""The gateway's Upstream as a transparent proxy: redirects, proxies, TLS, headers both ways, its own errors.
 
 The upstream is served by uvicorn on 127.0.0.1; the gateway's model app calls it over real HTTP."""
 
@@ -23,10 +23,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from test_example_gateway import raw_upstream
+from test_gateway import raw_upstream
 
-from examples.gateway import DemoModel, Upstream, model_app, serving
-from examples.gateway.app import app_from_env
+from agentic_middleware.gateway import DemoModel, Upstream, model_app, serving
+from agentic_middleware.gateway.environment import app_from_env
 
 ROOT = Path(__file__).parent.parent
 PATHS = ["/v1/messages", "/v1/chat/completions", "/v1/responses"]
@@ -124,7 +124,7 @@ async def test_an_https_upstream_is_verified_against_ssl_cert_file_else_certifi(
 def test_certifi_is_the_ca_store_when_no_variable_names_one() -> None:
     import certifi
 
-    from examples.gateway.upstream import tls_context
+    from agentic_middleware.gateway.upstream import tls_context
 
     bundled = ssl.create_default_context(cafile=certifi.where()).get_ca_certs(binary_form=True)
     assert tls_context().get_ca_certs(binary_form=True) == bundled
@@ -194,7 +194,7 @@ async def test_without_error_details_the_gateways_502_names_no_upstream_address(
         port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
     config = tmp_path / "gateway.yaml"
     config.write_text("agentic_middleware:\n  error_details: false\n")
-    monkeypatch.setenv("AGENTIC_GATEWAY_CONFIG", str(config))
+    monkeypatch.setenv("AGENTIC_CONFIG", str(config))
     monkeypatch.setenv("AGENTIC_UPSTREAM", f"http://127.0.0.1:{port}/v1")
     async with LifespanManager(app_from_env()) as started:
         transport = httpx.ASGITransport(app=started.app)
@@ -208,7 +208,7 @@ async def test_without_error_details_the_gateways_502_names_no_upstream_address(
 
 def test_a_bad_upstream_with_workers_stops_the_start_once_with_exit_code_1() -> None:
     env = {**os.environ, "AGENTIC_UPSTREAM": "localhost:1234"}
-    argv = [sys.executable, "-m", "examples.gateway", "--port", "0", "--workers", "2"]
+    argv = [sys.executable, "-m", "agentic_middleware.gateway", "--port", "0", "--workers", "2"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert "AGENTIC_UPSTREAM: the upstream must be an http(s) URL" in done.stderr

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 from typing import Literal, cast
 
-from agentic_middleware import ServerTool, ServerTools, server_tool
-from agentic_middleware.native import NativeOptions, Source, format_sources, search_result
-from agentic_middleware.surfaces import ToolResult
-
+from ..native import NativeOptions, Source, format_sources, search_result
+from ..surfaces import ToolResult
+from ..tools import ServerTool, ServerTools, server_tool
 from .backends import CorpusSearch, HttpSearch, SearchBackend, SearchResult
 
 SNIPPET_CHARS = 400

@@ -1,32 +1,25 @@
-"""`python -m examples.gateway [--port 8000] [--config FILE] [--workers N]` serves the gateway on 127.0.0.1;
-`--demo` starts it on a free port, asks one question on each route with the official SDKs, prints the answers,
-and exits.
-
-With AGENTIC_UPSTREAM=http://host/v1 the gateway forwards to that model server instead of the demo model
-(`--demo` always uses the demo model, in one process, whatever AGENTIC_UPSTREAM and `--workers` say: it needs no
-keys and no network).
+"""`agentic-gateway --demo`: the gateway in front of the scripted demo model, one question per route asked with the
+official SDKs, the answers printed. No keys, no network: the model is `DemoModel`, the tools are demo.yaml's (the
+built-in compression and web search over the bundled corpus, and the demo's MCP server over stdio).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
-import sys
+from pathlib import Path
 
-import uvicorn
-
-from agentic_middleware import load_config
-
-from .app import CONFIG, CONFIG_VARIABLE, UPSTREAM_VARIABLE, create_app
+from .app import create_app
 from .demo_model import DemoModel
 from .serve import serving
-from .upstream import Upstream
 
 
-async def demo(config: str) -> None:
-    import anthropic  # here, not at the top: serving the gateway needs neither SDK (start-up time, memory)
-    import openai
+async def demo(config: str | Path) -> None:
+    try:  # here, not at the top: serving the gateway needs neither SDK (start-up time, memory)
+        import anthropic
+        import openai
+    except ImportError as error:
+        raise SystemExit(
+            f"--demo asks with the official SDKs: pip install 'agentic-middleware[gateway,demo]' ({error})"
+        ) from None
 
     model = DemoModel()
     async with serving(create_app(config, model)) as url:
@@ -89,45 +82,3 @@ async def demo(config: str) -> None:
         print(f"  Q: {question}\n  A: {text}  (stop_reason={reply.stop_reason})\n")
 
         print(f"The model was called {model.calls} times for these 4 requests: each tool ran inside the gateway.")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.gateway", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--config", default=str(CONFIG), help="YAML config (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default: %(default)s)")
-    parser.add_argument("--demo", action="store_true", help="run one request with each SDK, print them, exit")
-    parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
-    args = parser.parse_args(argv)
-    if args.demo:
-        asyncio.run(demo(args.config))
-        return 0
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
-    load_config(args.config)  # a mistake in the config stops the start here, once, with its own message
-    os.environ[CONFIG_VARIABLE] = args.config  # what each worker's `app_from_env` reads
-    upstream = os.environ.get(UPSTREAM_VARIABLE)
-    try:  # a bad upstream likewise stops the start here, once, before uvicorn starts (and restarts) workers
-        if upstream:
-            Upstream(upstream)
-    except ValueError as error:
-        print(f"{parser.prog}: error: {UPSTREAM_VARIABLE}: {error}", file=sys.stderr)
-        return 1
-    behind = f"upstream {upstream}" if upstream else f"the demo model ({UPSTREAM_VARIABLE} unset)"
-    workers = f", {args.workers} workers" if args.workers > 1 else ""
-    print(f"gateway on http://{args.host}:{args.port}{workers} in front of {behind}", flush=True)
-    uvicorn.run(
-        "examples.gateway.app:app_from_env",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        access_log=not args.no_access_log,
-        ws="none",  # the gateway serves no websockets: not importing a websocket library shortens the start
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

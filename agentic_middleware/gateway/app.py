@@ -4,6 +4,9 @@ Starlette, not FastAPI: the model routes forward bytes, so FastAPI's request han
 would do nothing for them, yet importing FastAPI cost the gateway about 0.18 s of CPU at every start and its
 layers some microseconds on each of the loop's internal calls (docs/performance.md). A FastAPI app takes the
 middleware the same way, `app.add_middleware(AgenticLoopMiddleware, ...)` (README).
+
+The gateway answers `/health` and `/metrics` itself; every other path goes to the model (a forwarding model sends it
+up as it came, the demo model answers 404).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from starlette import routing
@@ -20,20 +24,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from agentic_middleware import AgenticLoopMiddleware, Settings, load_config
-
+from ..config import Settings, load_config
+from ..middleware import AgenticLoopMiddleware
 from .demo_model import DemoModel
-from .upstream import Upstream
-from .wire import Model, Route, error_response
+from .metrics import CountStreams, GatewayMetrics, chained
+from .wire import MODEL_ROUTES, Forwarder, Model, Route, error_response, route_of
 
-CONFIG = Path(__file__).with_name("config.yaml")
-ROUTES: dict[str, Route] = {
-    "/v1/messages": "messages",
-    "/v1/chat/completions": "chat_completions",
-    "/v1/responses": "responses",
-}
-UPSTREAM_VARIABLE = "AGENTIC_UPSTREAM"
-CONFIG_VARIABLE = "AGENTIC_GATEWAY_CONFIG"
+DEMO_CONFIG = Path(__file__).with_name("demo.yaml")
+ROUTES = MODEL_ROUTES
 
 
 class ModelRoute:
@@ -52,6 +50,17 @@ class ModelRoute:
         await response(scope, receive, send)
 
 
+class Forwarding:
+    """Every path the gateway does not answer itself, any method, to the model's `forward`."""
+
+    def __init__(self, model: Forwarder) -> None:
+        self.model = model
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.model.forward(Request(scope, receive))
+        await response(scope, receive, send)
+
+
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
@@ -60,23 +69,29 @@ async def http_error(request: Request, error: Exception) -> Response:
     """A 404 or 405 of the gateway's own as a JSON error the SDKs parse: Anthropic's shape under /v1/messages,
     OpenAI's elsewhere."""
     assert isinstance(error, HTTPException)
-    route: Route = "messages" if request.url.path.startswith("/v1/messages") else "chat_completions"
-    response = error_response(route, error.status_code, error.detail)
+    response = error_response(route_of(request.url.path), error.status_code, error.detail)
     response.headers.update(error.headers or {})  # a 405's `Allow`
     return response
 
 
-def model_app(model: Model) -> Starlette:
-    """The model routes alone, without the middleware: what an upstream model server looks like."""
+def model_app(model: Model, metrics: GatewayMetrics | None = None) -> Starlette:
+    """The model routes alone, without the middleware: what an upstream model server looks like, plus `/health`,
+    `/metrics` (with `metrics`) and every other path forwarded."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await model.aclose()
 
-    routes = [routing.Route(path, ModelRoute(model, route), methods=["POST"]) for path, route in ROUTES.items()]
+    own = [routing.Route("/health", health, methods=["GET", "HEAD"])]
+    if metrics is not None:
+        own.append(routing.Route("/metrics", metrics.endpoint, methods=["GET", "HEAD"]))
+    models = [routing.Route(path, ModelRoute(model, route), methods=["POST"]) for path, route in ROUTES.items()]
+    # A model that forwards gets every other path (a GET of /v1/chat/completions too: the upstream answers it);
+    # the demo model does not, and the router answers 404 or 405 itself.
+    rest = [routing.Mount("/", Forwarding(model))] if isinstance(model, Forwarder) else []
     app = Starlette(
-        routes=[*routes, routing.Route("/health", health, methods=["GET"])],
+        routes=[*own, *models, *rest],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
@@ -84,22 +99,16 @@ def model_app(model: Model) -> Starlette:
     return app
 
 
-def create_app(config: str | os.PathLike[str] | Settings = CONFIG, model: Model | None = None) -> Starlette:
-    """The gateway; the config is read and checked now, so a mistake in it stops the start, not a request."""
+def create_app(config: str | os.PathLike[str] | Settings = DEMO_CONFIG, model: Model | None = None) -> Starlette:
+    """The gateway; the config is read and checked now, so a mistake in it stops the start, not a request.
+
+    `/metrics` counts every round through the middleware's `on_round` callback; a callback the config names still
+    runs, after it."""
     settings = config if isinstance(config, Settings) else load_config(config)
-    app = model_app(model or DemoModel())
+    metrics = GatewayMetrics()
+    settings = replace(settings, on_round=chained(metrics.on_round, settings.on_round))
+    app = model_app(model or DemoModel(), metrics)
     app.add_middleware(AgenticLoopMiddleware, config=settings)
+    app.add_middleware(CountStreams, metrics=metrics)  # outermost: the streams as the clients get them
+    app.state.metrics = metrics
     return app
-
-
-def model_from_env(error_details: bool = True) -> Model:
-    """`Upstream(AGENTIC_UPSTREAM)` when the variable is set, else the scripted demo model."""
-    upstream = os.environ.get(UPSTREAM_VARIABLE)
-    return Upstream(upstream, error_details=error_details) if upstream else DemoModel()
-
-
-def app_from_env() -> Starlette:
-    """The app factory that each uvicorn worker calls: the config named by AGENTIC_GATEWAY_CONFIG (default: the
-    example's), in front of the model `model_from_env` picks. Nothing is shared between workers."""
-    settings = load_config(os.environ.get(CONFIG_VARIABLE) or CONFIG)
-    return create_app(settings, model_from_env(settings.error_details))

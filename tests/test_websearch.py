@@ -1,11 +1,12 @@
-"""examples/websearch: BM25 over the bundled corpus, the native-tool mapping, and the HTTP search backends."""
+"""agentic_middleware.websearch: BM25 over the bundled corpus, the native-tool mapping, and the HTTP search backends."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 from conftest import anthropic_client, openai_client
 from starlette.applications import Starlette
@@ -14,10 +15,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.gateway import serving
 from agentic_middleware.native import NativeOptions
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, message, tool_call, tool_use
-from examples.websearch import BM25, CorpusSearch, HttpSearch, SearchResult, format_results, web_search_tool
-from examples.websearch.hook import backend_from_env, websearch_hook
+from agentic_middleware.websearch import BM25, CorpusSearch, HttpSearch, SearchResult, format_results, web_search_tool
+from agentic_middleware.websearch.hook import backend_from_env, websearch_hook
 
 
 @pytest.mark.parametrize(
@@ -87,14 +89,13 @@ async def test_web_search_on_chat_under_the_openai_sdk() -> None:
     assert completion.choices[0].message.tool_calls is None
 
 
-def fake_search_api(seen: list[Request], status: int = 200) -> Starlette:
+def fake_search_api(seen: list[tuple[Request, bytes]], status: int = 200) -> Starlette:
     results = [
         {"title": f"Result {n}", "url": f"https://search.test/{n}", "content": f"Snippet {n}."} for n in range(1, 8)
     ]
 
     async def search(request: Request) -> JSONResponse:
-        await request.body()
-        seen.append(request)
+        seen.append((request, await request.body()))
         return JSONResponse({"results": results} if status == 200 else {"error": "down"}, status_code=status)
 
     return Starlette(routes=[Route("/search", search, methods=["GET", "POST"])])
@@ -102,24 +103,24 @@ def fake_search_api(seen: list[Request], status: int = 200) -> Starlette:
 
 @pytest.mark.parametrize("kind", ["searxng", "tavily"])
 async def test_the_http_backends_speak_each_kind(kind: Any) -> None:
-    seen: list[Request] = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_search_api(seen))) as client:
-        backend = HttpSearch("http://search.test/", kind=kind, api_key="k", client=client)
+    seen: list[tuple[Request, bytes]] = []
+    async with serving(fake_search_api(seen)) as url:
+        backend = HttpSearch(f"{url}/", kind=kind, api_key="k")  # a session of its own, closed after the search
         results = await backend.search("ozone layer", 3)
 
     assert results == [SearchResult(f"Result {n}", f"https://search.test/{n}", f"Snippet {n}.") for n in (1, 2, 3)]
-    (request,) = seen
+    ((request, body),) = seen
     assert request.headers["authorization"] == "Bearer k"
     if kind == "searxng":
         assert request.method == "GET"
         assert dict(request.query_params) == {"q": "ozone layer", "format": "json"}
     else:
         assert request.method == "POST"
-        assert await request.json() == {"query": "ozone layer", "max_results": 3}
+        assert json.loads(body) == {"query": "ozone layer", "max_results": 3}
 
 
 async def test_tavily_gets_the_domains_but_not_the_iso_country_code_it_does_not_take() -> None:
-    seen: list[Request] = []
+    seen: list[tuple[Request, bytes]] = []
     options = NativeOptions.read(
         {
             "allowed_domains": ["a.test"],
@@ -127,10 +128,10 @@ async def test_tavily_gets_the_domains_but_not_the_iso_country_code_it_does_not_
             "user_location": {"type": "approximate", "country": "US", "city": "Austin"},
         }
     )
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_search_api(seen))) as client:
-        await HttpSearch("http://search.test/", kind="tavily", client=client).search("ozone layer", 3, options)
-    (request,) = seen
-    assert await request.json() == {
+    async with serving(fake_search_api(seen)) as url, aiohttp.ClientSession() as client:
+        await HttpSearch(url, kind="tavily", client=client).search("ozone layer", 3, options)
+    ((_, body),) = seen
+    assert json.loads(body) == {
         "query": "ozone layer",
         "max_results": 3,
         "include_domains": ["a.test"],
@@ -139,11 +140,11 @@ async def test_tavily_gets_the_domains_but_not_the_iso_country_code_it_does_not_
 
 
 async def test_a_failing_search_api_becomes_an_error_result_the_model_reads() -> None:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_search_api([], status=503))) as client:
-        tool = web_search_tool(HttpSearch("http://search.test", kind="tavily", client=client))
+    async with serving(fake_search_api([], status=503)) as url:
+        tool = web_search_tool(HttpSearch(url, kind="tavily"))
         result = await tool({"query": "x"}, 5.0, None)
     assert result.is_error
-    assert "web_search failed: HTTPStatusError" in result.content and "503" in result.content
+    assert "web_search failed: ClientResponseError" in result.content and "503" in result.content
 
 
 async def test_the_web_search_tool_formats_short_text() -> None:

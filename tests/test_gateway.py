@@ -1,4 +1,4 @@
-"""examples/gateway: the YAML-configured Starlette gateway, its demo model, and forwarding to an upstream over HTTP."""
+"""The gateway: the YAML-configured Starlette gateway, its demo model, and forwarding to an upstream over HTTP."""
 
 from __future__ import annotations
 
@@ -26,26 +26,27 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from agentic_middleware import ConfigurationError, load_config
+from agentic_middleware.compression import CompressionHook
+from agentic_middleware.gateway import DEMO_CONFIG, DemoModel, Upstream, create_app, model_app, serving
+from agentic_middleware.gateway.cli import main
 from agentic_middleware.mcp import MCPTools
-from examples.compression import compression_hook
-from examples.gateway import CONFIG, DemoModel, Upstream, create_app, model_app, serving
-from examples.gateway.__main__ import main
-from examples.websearch import web_search_hook
+from agentic_middleware.tools import ServerTools
 
 ROOT = Path(__file__).parent.parent
 PATIENT = {"startup_timeout": 60, "shutdown_timeout": 30}  # the example MCP server starts in a process of its own
 
 
 def test_the_yaml_config_names_the_example_hooks_and_mcp_server() -> None:
-    compression, search, clock = load_config(CONFIG).hooks
-    assert (compression, search) == (compression_hook, web_search_hook)
-    assert isinstance(clock, MCPTools) and clock.server == ["python", "-m", "examples.mcp_server"]
-    assert load_config(CONFIG).max_agentic_loops == 4
+    compression, search, clock = load_config(DEMO_CONFIG).hooks
+    assert isinstance(compression, CompressionHook) and compression.threshold == 4000
+    assert isinstance(search, ServerTools) and [getattr(tool, "name", None) for tool in search.tools] == ["web_search"]
+    assert isinstance(clock, MCPTools) and clock.server == ["python", "-m", "agentic_middleware.gateway.clock"]
+    assert load_config(DEMO_CONFIG).max_agentic_loops == 4
 
 
 def test_a_broken_config_stops_the_gateway_at_creation(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text("litellm_settings:\n  callbacks: [examples.websearch.hook.no_such_hook]\n")
+    config.write_text("litellm_settings:\n  callbacks: [agentic_middleware.websearch.hook.no_such_hook]\n")
     with pytest.raises(ConfigurationError, match="no_such_hook"):
         create_app(config)
 
@@ -82,7 +83,7 @@ async def test_the_gateway_forwards_to_an_upstream_over_http_under_both_sdks() -
     upstream_model = DemoModel()
     async with (
         serving(model_app(upstream_model)) as upstream_url,
-        serving(create_app(CONFIG, Upstream(f"{upstream_url}/v1"))) as gateway_url,
+        serving(create_app(DEMO_CONFIG, Upstream(f"{upstream_url}/v1"))) as gateway_url,
         anthropic.AsyncAnthropic(base_url=gateway_url, api_key="x", max_retries=0) as claude,
         openai.AsyncOpenAI(base_url=f"{gateway_url}/v1", api_key="x", max_retries=0) as gpt,
     ):
@@ -137,7 +138,7 @@ async def gateway_to(upstream: Starlette) -> AsyncIterator[httpx.AsyncClient]:
         forwarding = Upstream(f"{upstream_url}/v1")
         try:
             async with (
-                LifespanManager(create_app(CONFIG, forwarding), **PATIENT) as gateway,
+                LifespanManager(create_app(DEMO_CONFIG, forwarding), **PATIENT) as gateway,
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client,
             ):
                 yield client
@@ -210,7 +211,7 @@ async def test_an_unreachable_upstream_is_a_502_in_each_routes_shape() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
     forwarding = Upstream(f"http://127.0.0.1:{port}/v1")
-    async with LifespanManager(create_app(CONFIG, forwarding), **PATIENT) as started:
+    async with LifespanManager(create_app(DEMO_CONFIG, forwarding), **PATIENT) as started:
         await _unreachable(started.app, port)
     await forwarding.aclose()
     with pytest.raises(ValueError, match="http"):
@@ -334,7 +335,7 @@ async def test_the_demo_model_answers_a_responses_stream_it_is_asked_for_directl
 def test_the_gateway_serves_with_two_workers(tmp_path: Path) -> None:
     """`--workers 2` starts two uvicorn worker processes behind one socket; requests get the loop in either."""
     log = tmp_path / "gateway.log"
-    argv = [sys.executable, "-m", "examples.gateway", "--port", "0", "--workers", "2", "--no-access-log"]
+    argv = [sys.executable, "-m", "agentic_middleware.gateway", "--port", "0", "--workers", "2", "--no-access-log"]
     with log.open("wb") as out:
         process = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -376,7 +377,7 @@ def test_serving_the_gateway_imports_neither_fastapi_nor_a_websocket_library() -
     FastAPI nor a websocket library: it serves with neither, and importing them cost each start about 0.2 s of CPU."""
     script = (
         "import sys, uvicorn\n"
-        "from examples.gateway.__main__ import main\n"
+        "from agentic_middleware.gateway.cli import main\n"
         "uvicorn.run = lambda target, **options: uvicorn.Config(target, **options).load()\n"
         "main(['--port', '0'])\n"
         "print(sorted({name.partition('.')[0] for name in sys.modules} & {'fastapi', 'websockets', 'wsproto'}))"

@@ -1,7 +1,11 @@
-"""The server's one tool: the local time in a few cities, from fixed UTC offsets (no network, no tz database)."""
+"""The demo's MCP server, written with the `mcp` SDK: `local_time(city)` from fixed UTC offsets (no network, no tz
+database). `--demo` starts it over stdio (`python -m agentic_middleware.gateway.clock`, as demo.yaml says);
+`--port N` serves it over streamable HTTP at http://127.0.0.1:N/mcp instead.
+"""
 
 from __future__ import annotations
 
+import argparse
 from datetime import UTC, datetime, timedelta
 
 from mcp.server.mcpserver import MCPServer
@@ -29,3 +33,17 @@ def build() -> MCPServer:
         return local_time(city)
 
     return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m agentic_middleware.gateway.clock", description=__doc__)
+    parser.add_argument("--port", type=int, help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+    args = parser.parse_args(argv)
+    if args.port is None:
+        build().run("stdio")
+    else:
+        build().run("streamable-http", host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""examples/mcp_server: the example MCP server, through the mcp SDK's own client."""
+"""agentic_middleware.gateway.clock: the demo's MCP server, through the mcp SDK's own client."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from datetime import UTC, datetime
 
 from mcp import Client
 
-from examples.mcp_server import build
-from examples.mcp_server.server import local_time
+from agentic_middleware.gateway.clock import build, local_time
 
 
 def test_local_time_reads_the_citys_offset() -> None:

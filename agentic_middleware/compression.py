@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from agentic_middleware import ServerTools, server_tool
-from agentic_middleware.surfaces import surface_for
+from .surfaces import surface_for
+from .tools import ServerTools, server_tool
 
 STASH = "compression_stash"
 STUB_MARK = "[compressed: "

@@ -1,11 +1,14 @@
-"""Forwarding to a real model server (vLLM, Ollama, a provider): the gateway's model app when AGENTIC_UPSTREAM is set.
+"""Forwarding to a real model server (vLLM, Ollama, llama.cpp's server, a provider): the gateway's model app.
 
-`/v1/messages` goes to `{base_url}/messages`, `/v1/chat/completions` to `{base_url}/chat/completions` and
-`/v1/responses` to `{base_url}/responses`, so `base_url` is the upstream's OpenAI-style base, e.g.
-`http://localhost:11434/v1`. The client's query string, credentials and API headers go up as they are (a repeated
-header stays repeated, a missing one stays missing); the upstream's status, body and the headers a client of the API
-reads (content-type, request ids, retry and rate-limit headers) come back as they are, errors and redirects included,
-and a stream comes back chunk by chunk.
+Every path goes up as the client sent it, any method: the base URL is the model server's, with or without a
+trailing `/v1` (`http://localhost:11434` and `http://localhost:11434/v1` are the same upstream), and a client's
+`/v1/chat/completions` goes to `{server}/v1/chat/completions`, its `/v1/models` to `{server}/v1/models`, its `HEAD /`
+to `{server}/`. A path with a `.` or `..` segment is refused (400), so no client climbs out of a base such as
+`https://host/openai/v1`. The client's query string, credentials and API headers go up as they are (a repeated
+header stays repeated, a missing one stays missing), unless the operator gives an upstream key, which replaces the
+client's (see `Upstream`); the upstream's status, body and the headers a client of the API reads (content-type,
+request ids, retry and rate-limit headers) come back as they are, errors and redirects included, and a stream comes
+back chunk by chunk.
 
 The client is `aiohttp`: measured side by side against the same upstream (`python -m benchmarks --case 5`), a POST
 costs it about a third of the CPU of httpx over the `httpx-aiohttp` transport and a tenth of plain httpx's, and a
@@ -17,19 +20,21 @@ from __future__ import annotations
 
 import os
 import ssl
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator
+from typing import Literal
 
 import aiohttp
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from yarl import URL
 
-from .wire import Route, error_response
+from .wire import Route, error_response, route_of
 
-PATHS: dict[Route, str] = {"messages": "/messages", "chat_completions": "/chat/completions", "responses": "/responses"}
 FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"content-type", b"accept"})
 FORWARDED_PREFIXES = (b"anthropic-", b"openai-")
+KEY_HEADERS = frozenset({b"authorization", b"x-api-key"})
 RETURNED_HEADERS = frozenset(
     {
         b"content-type",
@@ -51,26 +56,38 @@ TIMEOUT = aiohttp.ClientTimeout(total=None, connect=600.0, sock_connect=10.0, so
 
 
 class Upstream:
-    """A model app that forwards each request to `base_url` through one pooled `aiohttp.ClientSession`.
+    """A model app that forwards each request to the model server at `base_url` through one pooled
+    `aiohttp.ClientSession`.
 
     The pool keeps up to `connections` keep-alive connections (size it for the gateway's concurrency: a request
     beyond it waits for a free one). The session is opened on the first request, in the server's event loop, so
     that each worker process of a multi-worker server has its own. With `error_details=False` a 502 of the gateway's
     own does not name the upstream's address or the error's text, only the error's kind.
 
+    With `api_key`, the client's own key never goes up: the key header the client sent (`x-api-key` or
+    `authorization`) carries `api_key` instead (`authorization: Bearer <api_key>`), and a request that sent neither
+    gets the one its API family uses (`x-api-key` for Anthropic's, under /v1/messages or with an
+    `anthropic-version` header; `authorization` otherwise).
+
     `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` are read once, here, as httpx read them when its client was
     made; an https upstream is verified against `SSL_CERT_FILE`/`SSL_CERT_DIR` when one is set, else certifi's CA
     bundle when certifi is installed (what httpx used), else the system's store.
     """
 
-    def __init__(self, base_url: str, connections: int = 100, error_details: bool = True) -> None:
+    def __init__(
+        self, base_url: str, connections: int = 100, error_details: bool = True, api_key: str | None = None
+    ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"the upstream must be an http(s) URL such as http://localhost:8000/v1, got {base_url!r}")
+        parsed = URL(base_url)
+        if not parsed.host or parsed.query_string or parsed.fragment:
+            raise ValueError(f"the upstream must be a base URL with a host and no query, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
+        self.root = self.base_url.removesuffix("/v1")  # what a client's path is appended to
         self.connections = connections
         self.error_details = error_details
-        self.urls = {route: URL(self.base_url + path) for route, path in PATHS.items()}
-        self.proxy = env_proxy(self.urls["messages"])
+        self.api_key = api_key
+        self.proxy = env_proxy(URL(self.root + "/"))
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -93,19 +110,30 @@ class Upstream:
             await self._session.close()
 
     async def __call__(self, request: Request, route: Route) -> Response:
+        return await self._forward(request, route)
+
+    async def forward(self, request: Request) -> Response:
+        return await self._forward(request, route_of(request.url.path))
+
+    async def _forward(self, request: Request, route: Route) -> Response:
         scope = request.scope
-        headers = [
-            (name.decode("latin-1"), value.decode("latin-1"))
-            for name, value in scope["headers"]
-            if name in FORWARDED_HEADERS or name.startswith(FORWARDED_PREFIXES)
-        ]
-        url = self.urls[route]
-        if query := scope["query_string"]:
-            url = URL(f"{url}?{query.decode('latin-1')}", encoded=True)
+        path: bytes = scope.get("raw_path") or urllib.parse.quote(scope["path"]).encode()
+        if not path.startswith(b"/") or _climbs(path):
+            return error_response(route, 400, "the path must be absolute, without '.' or '..' segments")
+        query = scope["query_string"]
+        target = self.root + path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+        try:
+            url = URL(target, encoded=True)
+        except ValueError:
+            return error_response(route, 400, "the path or query is not a valid URL")
+        headers = self._headers(scope["headers"], route)
         body = await request.body()
+        method = scope["method"]
         try:
             # No redirect is followed: it would resend the client's credentials to wherever the upstream points.
-            answer = await self.session.post(url, data=body, headers=headers, allow_redirects=False, proxy=self.proxy)
+            answer = await self.session.request(
+                method, url, data=body or None, headers=headers, allow_redirects=False, proxy=self.proxy
+            )
         except (aiohttp.ClientError, TimeoutError) as error:
             return self._failed(route, url, error)
         returned = [
@@ -123,14 +151,65 @@ class Upstream:
             finally:
                 answer.release()
             response = Response(content, answer.status)
+            if method == "HEAD" and (length := answer.headers.get("content-length")) is not None:
+                response.headers["content-length"] = length  # the length a GET would have had, as HEAD says
         response.raw_headers.extend(returned)  # a repeated header stays repeated
         return response
+
+    def _headers(self, raw: list[tuple[bytes, bytes]], route: Route) -> list[tuple[str, str]]:
+        """The client's headers that go up; with an upstream key, the client's key is replaced by it."""
+        forwarded = [(n, v) for n, v in raw if n in FORWARDED_HEADERS or n.startswith(FORWARDED_PREFIXES)]
+        if self.api_key is not None:
+            sent = {name for name, _ in forwarded if name in KEY_HEADERS}
+            if not sent:
+                anthropic = route == "messages" or any(name == b"anthropic-version" for name, _ in forwarded)
+                sent = {b"x-api-key" if anthropic else b"authorization"}
+            forwarded = [(n, v) for n, v in forwarded if n not in KEY_HEADERS]
+            if b"x-api-key" in sent:
+                forwarded.append((b"x-api-key", self.api_key.encode("latin-1")))
+            if b"authorization" in sent:
+                forwarded.append((b"authorization", f"Bearer {self.api_key}".encode("latin-1")))
+        return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in forwarded]
 
     def _failed(self, route: Route, url: URL, error: BaseException) -> Response:
         """The upstream could not be reached or broke off: a 502 in the route's own error shape."""
         if not self.error_details:
             return error_response(route, 502, f"the upstream failed: {type(error).__name__}", "upstream")
         return error_response(route, 502, f"upstream {url} failed: {type(error).__name__}: {error}", "upstream")
+
+
+Family = Literal["anthropic", "openai"]
+
+
+class Upstreams:
+    """Two model servers, one per API family: Anthropic's (`/v1/messages` and its sub-paths, and any request with
+    an `anthropic-version` header, as the Anthropic SDK sends on every call, `/v1/models` included) and OpenAI's
+    (everything else)."""
+
+    def __init__(self, anthropic: Upstream, openai: Upstream) -> None:
+        self.anthropic = anthropic
+        self.openai = openai
+
+    def pick(self, request: Request) -> Upstream:
+        if route_of(request.url.path) == "messages" or "anthropic-version" in request.headers:
+            return self.anthropic
+        return self.openai
+
+    async def __call__(self, request: Request, route: Route) -> Response:
+        return await self.pick(request)(request, route)
+
+    async def forward(self, request: Request) -> Response:
+        return await self.pick(request).forward(request)
+
+    async def aclose(self) -> None:
+        await self.anthropic.aclose()
+        await self.openai.aclose()
+
+
+def _climbs(path: bytes) -> bool:
+    """Whether a path has a `.` or `..` segment, percent-encoded or not."""
+    segments = urllib.parse.unquote(path.decode("latin-1")).split("/")
+    return any(segment in (".", "..") for segment in segments)
 
 
 def env_proxy(url: URL) -> str | None:

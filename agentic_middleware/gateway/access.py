@@ -1,0 +1,52 @@
+"""The gateway's own client keys (`AGENTIC_GATEWAY_API_KEYS`): with an upstream key in the gateway, whoever reaches
+it spends that key, so a gateway that listens beyond this machine with one must check who calls it.
+
+A request must carry one of the keys as `x-api-key` or `authorization: Bearer`, as the Anthropic and OpenAI SDKs
+send their `api_key`; else it gets a 401 in its route's error shape and nothing goes up. `/health` stays open (a load
+balancer's probe carries no key). Keys are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .wire import error_response, route_of
+
+OPEN_PATHS = frozenset({"/health"})
+
+
+def gateway_keys(value: str | None) -> tuple[bytes, ...]:
+    """The comma-separated keys of `AGENTIC_GATEWAY_API_KEYS`, blanks dropped."""
+    return tuple(key.strip().encode() for key in (value or "").split(",") if key.strip())
+
+
+class RequireKey:
+    """Refuses a request without one of `keys` (401); see the module."""
+
+    def __init__(self, app: ASGIApp, keys: tuple[bytes, ...]) -> None:
+        if not keys:
+            raise ValueError("RequireKey needs at least one key")
+        self.app = app
+        self.keys = keys
+
+    def allowed(self, headers: Headers) -> bool:
+        offered = [value.encode("latin-1") for value in headers.getlist("x-api-key")]
+        for value in headers.getlist("authorization"):
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() == "bearer":
+                offered.append(token.strip().encode("latin-1"))
+        found = False
+        for candidate in offered:
+            for key in self.keys:
+                found |= hmac.compare_digest(candidate, key)
+        return found
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self.allowed(Headers(scope=scope)):
+            await self.app(scope, receive, send)
+            return
+        response = error_response(route_of(scope["path"]), 401, "a valid gateway API key is required")
+        await response(scope, receive, send)

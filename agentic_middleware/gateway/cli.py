@@ -1,0 +1,184 @@
+"""`agentic-gateway`: the agentic middleware in front of a model server, with server tools from a YAML config.
+
+    agentic-gateway --upstream http://localhost:8000/v1 --config tools.yaml      # in front of vLLM
+    agentic-gateway --demo                                                       # the scripted demo, then exit
+
+Every flag also comes from an environment variable (environment.py lists them); a flag wins over its variable.
+The config and the upstream are checked here, once, before uvicorn starts (and restarts) workers, so a mistake
+stops the start with its own message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..config import load_config
+from ..errors import ConfigurationError
+from . import environment as env
+from .app import DEMO_CONFIG
+from .metrics import MULTIPROCESS_VARIABLE
+
+PROG = "agentic-gateway"
+
+
+def _number(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    variables = os.environ
+    found = argparse.ArgumentParser(
+        prog=PROG,
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog=(
+            "Keys come from the environment only: AGENTIC_UPSTREAM_API_KEY (or AGENTIC_ANTHROPIC_UPSTREAM_API_KEY / "
+            "AGENTIC_OPENAI_UPSTREAM_API_KEY) replaces the client's key on the way up; AGENTIC_GATEWAY_API_KEYS "
+            "(comma-separated) are the keys a client must send. /health and /metrics are the gateway's own."
+        ),
+    )
+    add = found.add_argument
+    add(
+        "--upstream",
+        default=variables.get(env.UPSTREAM),
+        help=f"model server base URL, with or without /v1 [{env.UPSTREAM}]",
+    )
+    add(
+        "--anthropic-upstream",
+        default=variables.get(env.ANTHROPIC_UPSTREAM),
+        help=f"where /v1/messages goes, if not to --upstream [{env.ANTHROPIC_UPSTREAM}]",
+    )
+    add(
+        "--openai-upstream",
+        default=variables.get(env.OPENAI_UPSTREAM),
+        help=f"where the OpenAI routes go, if not to --upstream [{env.OPENAI_UPSTREAM}]",
+    )
+    add(
+        "--config",
+        default=variables.get(env.CONFIG),
+        help=f"YAML config: hooks, builtin_tools, mcp_servers, limits [{env.CONFIG}]",
+    )
+    add(
+        "--host",
+        default=variables.get(env.HOST, "127.0.0.1"),
+        help=f"address to listen on (default %(default)s) [{env.HOST}]",
+    )
+    add(
+        "--port",
+        type=_number(0),
+        default=variables.get(env.PORT, "8000"),
+        help=f"port (default %(default)s; 0: any free one) [{env.PORT}]",
+    )
+    add(
+        "--workers",
+        type=_number(1),
+        default=variables.get(env.WORKERS, "1"),
+        help=f"uvicorn worker processes (default %(default)s) [{env.WORKERS}]",
+    )
+    add(
+        "--demo",
+        action="store_true",
+        help="run one request per route with the official SDKs against the demo model, print them, exit",
+    )
+    add("--no-access-log", action="store_true", help="do not log every request")
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    command = parser()
+    args = command.parse_args(argv)
+    if args.demo:
+        from .demo import demo
+
+        try:
+            asyncio.run(demo(args.config or DEMO_CONFIG))
+        except ConfigurationError as error:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+            return 1
+        return 0
+    # What each worker's `app_from_env` reads: the flags, written into the environment the workers inherit.
+    for name, value in (
+        (env.UPSTREAM, args.upstream),
+        (env.ANTHROPIC_UPSTREAM, args.anthropic_upstream),
+        (env.OPENAI_UPSTREAM, args.openai_upstream),
+        (env.CONFIG, args.config),
+    ):
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
+    config = env.config_path()
+    try:
+        if config is not None:
+            load_config(config)  # a mistake in the config stops the start here, once, with its own message
+        model = env.model_from_env()  # likewise a bad upstream
+    except (ConfigurationError, ValueError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
+    if env.replaces_keys() and not os.environ.get(env.GATEWAY_KEYS) and not _loopback(args.host):
+        print(
+            f"{PROG}: error: an upstream API key is set and --host {args.host} is reachable from other machines: "
+            f"set {env.GATEWAY_KEYS} so that only your clients spend the key, or listen on 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 1
+    if args.workers > 1 and not os.environ.get(MULTIPROCESS_VARIABLE):
+        os.environ[MULTIPROCESS_VARIABLE] = tempfile.mkdtemp(prefix="agentic-gateway-metrics-")
+    behind = _described(model)
+    tools = f"tools from {config}" if config is not None else "no --config: forwarding only, no server tools"
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
+    print(f"gateway on http://{args.host}:{args.port}{workers} in front of {behind}; {tools}", flush=True)
+    _serve(args)
+    return 0
+
+
+def _described(model: Any) -> str:
+    from .upstream import Upstream, Upstreams
+
+    if isinstance(model, Upstreams):
+        return f"{model.anthropic.base_url} (Anthropic's API) and {model.openai.base_url} (OpenAI's)"
+    if isinstance(model, Upstream):
+        return model.base_url + (" (upstream key set)" if model.api_key else "")
+    return f"the scripted demo model (no --upstream, {env.UPSTREAM} unset)"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    uvicorn.run(
+        "agentic_middleware.gateway.environment:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        access_log=not args.no_access_log,
+        ws="none",  # the gateway serves no websockets: not importing a websocket library shortens the start
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

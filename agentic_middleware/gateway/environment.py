@@ -1,0 +1,104 @@
+"""What the gateway reads from its environment: every flag of `agentic-gateway` has a variable, and each uvicorn
+worker builds its app from these variables alone (`app_from_env`), so N workers build the same gateway.
+
+| variable | flag | meaning |
+|---|---|---|
+| `AGENTIC_UPSTREAM` | `--upstream` | the model server's base URL, with or without `/v1`; unset: the demo model |
+| `AGENTIC_ANTHROPIC_UPSTREAM` | `--anthropic-upstream` | where Anthropic's API family goes, when not to `--upstream` |
+| `AGENTIC_OPENAI_UPSTREAM` | `--openai-upstream` | where OpenAI's API family goes, when not to `--upstream` |
+| `AGENTIC_CONFIG` | `--config` | the YAML config (hooks, `builtin_tools`, `mcp_servers`, limits) |
+| `AGENTIC_HOST`, `AGENTIC_PORT` | `--host`, `--port` | where to listen (127.0.0.1:8000) |
+| `AGENTIC_WORKERS` | `--workers` | uvicorn worker processes (1) |
+| `AGENTIC_UPSTREAM_API_KEY` | (none) | a key that replaces the client's on the way up |
+| `AGENTIC_ANTHROPIC_UPSTREAM_API_KEY`, `AGENTIC_OPENAI_UPSTREAM_API_KEY` | (none) | the same, per API family |
+| `AGENTIC_GATEWAY_API_KEYS` | (none) | comma-separated keys a client must send (`x-api-key` or `Bearer`) |
+
+Keys have no flags: a flag's value is visible to every user of the machine in the process list.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from starlette.applications import Starlette
+
+from ..config import load_config
+from .access import RequireKey, gateway_keys
+from .app import DEMO_CONFIG, create_app
+from .demo_model import DemoModel
+from .upstream import Upstream, Upstreams
+from .wire import Model
+
+UPSTREAM = "AGENTIC_UPSTREAM"
+ANTHROPIC_UPSTREAM = "AGENTIC_ANTHROPIC_UPSTREAM"
+OPENAI_UPSTREAM = "AGENTIC_OPENAI_UPSTREAM"
+CONFIG = "AGENTIC_CONFIG"
+HOST = "AGENTIC_HOST"
+PORT = "AGENTIC_PORT"
+WORKERS = "AGENTIC_WORKERS"
+UPSTREAM_KEY = "AGENTIC_UPSTREAM_API_KEY"
+ANTHROPIC_KEY = "AGENTIC_ANTHROPIC_UPSTREAM_API_KEY"
+OPENAI_KEY = "AGENTIC_OPENAI_UPSTREAM_API_KEY"
+GATEWAY_KEYS = "AGENTIC_GATEWAY_API_KEYS"
+
+
+def _value(environ: Mapping[str, str], name: str) -> str | None:
+    return environ.get(name) or None
+
+
+def model_from_env(error_details: bool = True, environ: Mapping[str, str] = os.environ) -> Model:
+    """The upstream(s) the variables name, else the scripted demo model. Raises ValueError for a bad URL."""
+    both = _value(environ, UPSTREAM)
+    anthropic = _value(environ, ANTHROPIC_UPSTREAM) or both
+    openai = _value(environ, OPENAI_UPSTREAM) or both
+    if anthropic is None and openai is None:
+        return DemoModel()
+    if anthropic is None or openai is None:
+        given = ANTHROPIC_UPSTREAM if openai is None else OPENAI_UPSTREAM
+        missing = OPENAI_UPSTREAM if openai is None else ANTHROPIC_UPSTREAM
+        raise ValueError(f"{given} is set but neither {missing} nor {UPSTREAM}: where does the other API family go?")
+    shared = _value(environ, UPSTREAM_KEY)
+    anthropic_key = _value(environ, ANTHROPIC_KEY) or shared
+    openai_key = _value(environ, OPENAI_KEY) or shared
+
+    def upstream(url: str, key: str | None, named: str) -> Upstream:
+        try:
+            return Upstream(url, error_details=error_details, api_key=key)
+        except ValueError as error:
+            raise ValueError(f"{named if _value(environ, named) else UPSTREAM}: {error}") from None
+
+    if anthropic == openai and anthropic_key == openai_key:
+        return upstream(anthropic, anthropic_key, ANTHROPIC_UPSTREAM)
+    return Upstreams(
+        upstream(anthropic, anthropic_key, ANTHROPIC_UPSTREAM), upstream(openai, openai_key, OPENAI_UPSTREAM)
+    )
+
+
+def replaces_keys(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether an upstream key replaces the clients' own: then whoever reaches the gateway spends that key."""
+    return any(_value(environ, name) for name in (UPSTREAM_KEY, ANTHROPIC_KEY, OPENAI_KEY))
+
+
+def config_path(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The config to read: AGENTIC_CONFIG; unset, the demo's in front of the demo model and none (no server tools,
+    forwarding only) in front of an upstream."""
+    named = _value(environ, CONFIG)
+    if named is not None:
+        return Path(named)
+    upstreams = (UPSTREAM, ANTHROPIC_UPSTREAM, OPENAI_UPSTREAM)
+    return None if any(_value(environ, name) for name in upstreams) else DEMO_CONFIG
+
+
+def app_from_env() -> Starlette:
+    """The app factory each uvicorn worker calls. Nothing is shared between workers."""
+    from ..config import Settings
+
+    path = config_path()
+    settings = load_config(path) if path is not None else Settings()
+    app = create_app(settings, model_from_env(settings.error_details))
+    keys = gateway_keys(os.environ.get(GATEWAY_KEYS))
+    if keys:
+        app.add_middleware(RequireKey, keys=keys)
+    return app
