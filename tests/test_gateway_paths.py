@@ -41,8 +41,11 @@ ENVIRONMENT = [name for name in vars(environment).values() if isinstance(name, s
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
+    """None of the gateway's variables, before or after: `cli.main` writes them for its workers, and set once through
+    monkeypatch each is removed again when the test ends."""
+    for name in [*ENVIRONMENT, "PROMETHEUS_MULTIPROC_DIR"]:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
 
 
 def echo(seen: Seen, name: str = "up") -> Starlette:

@@ -10,8 +10,8 @@ import anthropic
 from streams import anthropic_final, event_stream, sdk_dump
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.gateway import serving
 from agentic_middleware.testing import ScriptedModel, message
-from examples.gateway import serving
 
 USER: Any = [{"role": "user", "content": "go"}]
 BROKEN = '{"city": "Par'  # cut short: the SDK's partial parser reads what it can, no JSON parser reads it whole

@@ -74,7 +74,15 @@ def test_the_wheel_holds_the_license_the_version_and_the_console_script(wheel: P
     metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
     assert f"Version: {__version__}" in metadata and "License-Expression: MIT" in metadata
     extras = set(re.findall(r"^Provides-Extra: (\S+)$", metadata, re.MULTILINE))
-    assert extras == {"yaml", "otel", "mcp", "pydantic", "native", "gateway", "demo"}  # no test or bench extra published
+    assert extras == {
+        "yaml",
+        "otel",
+        "mcp",
+        "pydantic",
+        "native",
+        "gateway",
+        "demo",
+    }  # no test or bench extra published
     requirements = " ".join(line.split(";")[0] for line in re.findall(r"^Requires-Dist: (.+)$", metadata, re.MULTILINE))
     assert "litellm" not in requirements and "pytest" not in requirements and "==" not in requirements
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
