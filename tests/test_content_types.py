@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from streams import USER
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.gateway import serving
 from agentic_middleware.sniff import EVENTS, JSON, OTHER, SNIFF_BYTES, sniffed
 from agentic_middleware.testing import (
     ScriptedModel,
@@ -29,7 +30,6 @@ from agentic_middleware.testing import (
     tool_call,
     tool_use,
 )
-from examples.gateway import serving
 
 TYPES = [None, "text/plain", "application/octet-stream"]
 
