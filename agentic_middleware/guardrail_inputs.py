@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from .errors import RequestRefused
 from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
@@ -172,21 +173,41 @@ def _slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool:
             continue
         for block in content:
             if not isinstance(block, dict):
-                continue
+                raise _unreadable(f"a part of content that is {type(block).__name__}")
             if block.get("type") == "tool_result" and api_surface == "anthropic_messages":
                 if not skip_tool:
                     yield from _content_slots(block, "content")
-            elif isinstance(block.get("text"), str):
-                yield block, "text"
+            else:
+                yield from _text_slot(block)
 
 
 def _content_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
-    """A content field's texts: the field itself when a string, else its parts' `text` strings."""
+    """A content field's texts: the field itself when a string, else its parts' `text` strings.
+
+    A field or part of a shape no guardrail can read (a content that is an object, a part that is a string, a
+    `text` that is not a string) is refused, not passed on unjudged: a lenient app might read it."""
     value = holder.get(key)
     if isinstance(value, str):
         yield holder, key
     elif isinstance(value, list):
-        yield from ((part, "text") for part in value if isinstance(part, dict) and isinstance(part.get("text"), str))
+        for part in value:
+            if not isinstance(part, dict):
+                raise _unreadable(f"a part of {key} that is {type(part).__name__}")
+            yield from _text_slot(part)
+    elif value is not None:
+        raise _unreadable(f"{key} that is {type(value).__name__}")
+
+
+def _text_slot(part: dict[str, Any]) -> Iterator[Slot]:
+    text = part.get("text")
+    if isinstance(text, str):
+        yield part, "text"
+    elif text is not None:
+        raise _unreadable(f"a text that is {type(text).__name__}")
+
+
+def _unreadable(what: str) -> RequestRefused:
+    return RequestRefused(f"the request holds {what}: the guardrails cannot read it")
 
 
 def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -> Iterator[Slot]:

@@ -515,3 +515,21 @@ async def test_a_compact_request_is_judged_as_a_responses_request() -> None:
     await client.responses.compact(model="g", input="hi", instructions="Be brief.")
     assert [request.path for request in model.requests] == ["/v1/responses/compact"]
     assert guard.given[-1] == ["Be brief.", "hi"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [{"type": "text", "text": WORD}, [WORD], [{"type": "text", "text": [WORD]}]],
+    ids=["content an object", "a part a string", "a text a list"],
+)
+async def test_a_text_of_a_shape_no_guardrail_can_read_is_refused(content: Any) -> None:
+    """A lenient app might read what the guardrail was never given: such a request is refused with a 400."""
+    model = ScriptedModel(chat_completion("never"))
+    app = AgenticLoopMiddleware(model, hooks=[WordBlock()])
+    async with http_client(app) as client:
+        answer = await client.post(
+            "/v1/chat/completions", json={"model": "g", "messages": [{"role": "user", "content": content}]}
+        )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"].endswith("the guardrails cannot read it")
+    assert model.requests == []
