@@ -142,7 +142,8 @@ def _call_id(request: httpx2.Request) -> Any:
     if request.method != "POST":
         return None
     try:
-        body = orjson.loads(request.content)
+        content = request.content
+        body = orjson.loads(content) if b'"tools/call"' in content else None  # parsed only for a call
     except (orjson.JSONDecodeError, httpx2.RequestNotRead):
         return None
     return body.get("id") if isinstance(body, dict) and body.get("method") == "tools/call" else None
@@ -156,19 +157,36 @@ def _error(request: httpx2.Request, status: int, call_id: Any, code: int, messag
 
 
 class _Counted(httpx2.AsyncByteStream):
-    """A response body that counts on the attempt the bytes read of it."""
+    """A response body that counts on the attempt the bytes read of it. A JSON answer (read whole by the SDK) is
+    cut once past `limit`: the SDK then fails to parse it, an error of that call alone, which the session reads as
+    over `max_result_bytes` from the count."""
 
-    def __init__(self, inner: Any, attempt: Attempt) -> None:
+    def __init__(self, inner: Any, attempt: Attempt, limit: int | None) -> None:
         self.inner = inner
         self.attempt = attempt
+        self.limit = limit
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.inner:
             self.attempt.received += len(chunk)
+            if self.limit is not None and self.attempt.received > self.limit:
+                return
             yield chunk
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def _reason(response: httpx2.Response) -> str:
+    """The start of an error answer's body, read no further."""
+    head = b""
+    with contextlib.suppress(httpx2.HTTPError):
+        async for chunk in response.aiter_raw():
+            head += chunk
+            if len(head) >= 200:
+                break
+    await response.aclose()
+    return head[:200].decode(errors="replace").strip()
 
 
 class CallGuard(httpx2.AsyncBaseTransport):
@@ -197,10 +215,7 @@ class CallGuard(httpx2.AsyncBaseTransport):
             return _error(request, 502, call_id, UNKNOWN, f"{type(error).__name__}: {error}")
         kind = response.headers.get("content-type", "").lower()
         if response.status_code >= 400 and response.status_code != 404 and not kind.startswith("application/json"):
-            reason = ""
-            with contextlib.suppress(httpx2.HTTPError, UnicodeDecodeError):
-                reason = (await response.aread())[:200].decode().strip()
-            await response.aclose()
+            reason = await _reason(response)
             said = f"HTTP {response.status_code}{f': {reason}' if reason else ''}"
             return _error(request, response.status_code, call_id, REFUSED, f"the MCP server answered {said}")
         length = response.headers.get("content-length", "")
@@ -208,5 +223,6 @@ class CallGuard(httpx2.AsyncBaseTransport):
             await response.aclose()
             return _error(request, 502, call_id, TOO_LARGE, f"an answer of {length} bytes")
         if attempt is not None:
-            response.stream = _Counted(response.stream, attempt)
+            json = kind.startswith("application/json")
+            response.stream = _Counted(response.stream, attempt, self.max_result_bytes if json else None)
         return response
