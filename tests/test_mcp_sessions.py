@@ -97,7 +97,7 @@ async def _ask(route: Route, app: Any, text: str) -> str:
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_call_in_flight_when_its_server_is_killed_runs_once_and_reads_outcome_unknown(
-    tmp_path: Path, route: Route, transport: str
+    tmp_path: Path, route: Route, transport: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     runs = tmp_path / "runs"
     model = _two_orders(route)
@@ -117,9 +117,12 @@ async def test_a_call_in_flight_when_its_server_is_killed_runs_once_and_reads_ou
             if route.name == "messages":
                 ((_, is_error),) = results(route, model.requests[1]).values()
                 assert is_error is True
+            # Once the session has seen the death (a later call racing that would read "unknown" too), a
+            # reconnection serves later calls.
+            await _settled(lambda: "the session dropped" in caplog.text)
             if transport == "http":
                 restart()  # a new process on the same socket
-            later = await _ask(route, app, "order 43")  # a reconnection serves later calls
+            later = await _ask(route, app, "order 43")
     assert later == "recorded order-43"
     first, second = _runs(runs)
     assert first == f"order-42 {killed}" and second.startswith("order-43 ") and second != f"order-43 {killed}"
