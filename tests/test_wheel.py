@@ -86,7 +86,7 @@ def test_the_wheel_holds_the_license_the_version_and_the_console_script(wheel: P
     requirements = " ".join(line.split(";")[0] for line in re.findall(r"^Requires-Dist: (.+)$", metadata, re.MULTILINE))
     assert "litellm" not in requirements and "pytest" not in requirements and "==" not in requirements
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
-    assert "agentic-gateway = agentic_middleware.gateway.cli:main" in entry_points
+    assert "agentic-gateway = agentic_middleware.gateway.cli:run" in entry_points
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dynamic"] == ["version"]
 
 

@@ -1,7 +1,5 @@
 """`python -m agentic_middleware.gateway`, the same as the `agentic-gateway` command."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -99,6 +99,15 @@ def parser() -> argparse.ArgumentParser:
     return found
 
 
+def run() -> None:
+    """The console script: `main`, and after `--demo` an exit without the interpreter's tear-down. The demo has
+    stopped its servers by then, and unloading the SDKs' some 4,600 modules took about 1.2 s after the last line."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     command = parser()
     args = command.parse_args(argv)
@@ -181,4 +190,4 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
