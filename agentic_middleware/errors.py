@@ -56,17 +56,27 @@ class RequestRefused(LoopError):
 
     A guardrail or pre-call hook that says no the LiteLLM way (an HTTP exception: `refusal_of`) refuses with its
     own `status` and `headers` (a 403, a 429 with `retry-after`...).
+
+    `param` names the request field at fault (`tools[0].allowed_domains`), for the OpenAI routes' `error.param`.
+    It is the client's doing, not a fault of the gateway: it is logged as a WARNING, without a traceback.
     """
 
     status = 400
     code = "invalid_request"
     ended_by = "invalid_request"
 
-    def __init__(self, message: str, status: int = 400, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        headers: Iterable[tuple[bytes, bytes]] = (),
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.summary = message
         self.status = status
         self.headers = list(headers)
+        self.param = param
 
 
 class ModelAppError(LoopError):

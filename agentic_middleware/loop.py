@@ -379,12 +379,16 @@ class AgenticLoop(AskingHooks):
         self.stop_reason = error.ended_by
         if isinstance(error, HookError):
             self.round.hook = error.hook
-        self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=error.__cause__ or error)
+        refused = error if isinstance(error, RequestRefused) else None
+        if refused is not None:  # the client's request, not a fault here: no traceback a client could fill logs with
+            self.logging_obj.logger.warning("agentic loop refused the request (%d): %s", refused.status, refused)
+        else:
+            self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=error.__cause__ or error)
         message = str(error) if self.settings.error_details else f"{error.summary} (call id {self.call_id})"
-        body = self.surface.error_body(error.status, message, error.code)
+        body = self.surface.error_body(error.status, message, error.code, refused.param if refused else None)
         headers = self.loop_headers()
-        if isinstance(error, RequestRefused):  # a guardrail's own headers (a 429's retry-after)
-            headers += error.headers
+        if refused is not None:  # a guardrail's own headers (a 429's retry-after)
+            headers += refused.headers
         return Reply(json_start(error.status, len(body), headers), body)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.types import Scope
 
 from .declare import ServerTool, as_server_tool, server_tool, warn_long_descriptions
-from .errors import ConfigurationError
+from .errors import ConfigurationError, RequestRefused
 from .hooks import AgenticHook, AgenticLoopPlan, AgenticLoopRequestPatch
 from .native import (
     MAX_USES_EXCEEDED,
@@ -125,7 +125,11 @@ class ServerTools(AgenticHook):
         for where, tool in [*listed, *(native.declared(request) if native else ())]:
             target = self._native_target(tool)
             if target is not None:
-                declared.setdefault(target, NativeOptions.read(tool, where))  # a malformed one: 400 (RequestRefused)
+                if target in declared:  # whose filters would hold is not ours to pick: the first's could be none
+                    raise RequestRefused(
+                        f"{where} declares the native tool {target!r} again: declare it once", param=where
+                    )
+                declared[target] = NativeOptions.read(tool, where)  # a malformed one: 400 (RequestRefused)
                 renamed.update({key: target for key in (tool.get("name"), tool.get("type")) if isinstance(key, str)})
                 if "cache_control" in tool:
                     cached[target] = tool["cache_control"]

@@ -4,6 +4,7 @@ filters that are not lists of domains with a 400 in the route's shape, under the
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from typing import Any
 
@@ -16,11 +17,12 @@ from anthropic.types import WebSearchToolResultBlock
 from conftest import anthropic_client, openai_client
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types.responses import ResponseFunctionWebSearch
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
 from agentic_middleware.native import NativeOptions, Source, search_result
 from agentic_middleware.surfaces import ToolResult
-from agentic_middleware.testing import ScriptedModel, chat_completion, message, response, tool_use
+from agentic_middleware.testing import ScriptedModel, chat_completion, function_call, message, response, tool_use
 
 
 def searching(*urls: str) -> tuple[ScriptedModel, ServerTools]:
@@ -113,6 +115,16 @@ EVIL = {"blocked_domains": ["evil.com"]}
         ({"allowed_domains": ["good.test/*/articles"]}, "http://good.test/2026/articles-old", False),
         ({"blocked_domains": ["good.test/*/private"]}, "http://good.test/a/PRIVATE/x", False),
         ({"allowed_domains": ["good.test/*"]}, "http://good.test/", True),
+        # What servers read otherwise than the URL says: a segment's `;parameters` (Tomcat, Jetty drop them, and
+        # `..;` is `..` there) and its trailing dots and spaces (IIS drops them) are kept out by a block, and not
+        # let in by an allowance
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/docs;x/keys", False),
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/docs./keys", False),
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/docs%20/keys", False),
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/open/..;/docs/keys", False),
+        ({"allowed_domains": ["good.test/docs"]}, "http://good.test/docs/..;/private", False),
+        ({"allowed_domains": ["good.test/docs"]}, "http://good.test/docs/a;v=1", True),
+        ({"blocked_domains": ["good.test/docs"]}, "http://good.test/docs-old;x/keys", True),
     ],
 )
 async def test_result_urls_are_read_as_a_browser_reads_them(filters: dict[str, Any], url: str, passes: bool) -> None:
@@ -137,6 +149,18 @@ ANTHROPIC_REFUSED = [
     ({"blocked_domains": [""]}, "tools[0].blocked_domains[0] is not a domain"),
     ({"blocked_domains": ["ftp://evil.com"]}, "tools[0].blocked_domains[0] is not a domain"),
     ({"allowed_domains": ["allowed*.com"]}, "tools[0].allowed_domains[0] is not a domain"),
+    # A label no host has would match nothing, so a block of it would block nothing
+    ({"blocked_domains": [".com"]}, "tools[0].blocked_domains[0] is not a domain"),
+    ({"blocked_domains": ["evil..com"]}, "tools[0].blocked_domains[0] is not a domain"),
+    (
+        {"blocked_domains": ["evil.com/*/news/*"]},
+        "tools[0].blocked_domains[0] is not a domain",
+    ),  # one `*`, as Anthropic
+    ({"blocked_domains": [f"d{n}.test" for n in range(1001)]}, "tools[0].blocked_domains has 1001 entries"),
+    (
+        {"allowed_domains": ["allowed.com"], "filters": {"allowed_domains": ["evil.com"]}},
+        "tools[0].allowed_domains and tools[0].filters.allowed_domains are both given",
+    ),
     ({"max_uses": "2"}, "tools[0].max_uses must be a positive integer"),
     ({"user_location": "Paris"}, "tools[0].user_location must be an object"),
 ]
@@ -168,6 +192,8 @@ async def test_malformed_native_options_are_refused_with_400_in_anthropic_s_shap
         ({"type": "web_search", "filters": {"allowed_domains": "allowed.com"}}, "tools[0].filters.allowed_domains"),
         ({"type": "web_search", "filters": ["allowed.com"]}, "tools[0].filters must be an object"),
         ({"type": "web_search", "filters": {"allowed_domains": ["a b"]}}, "tools[0].filters.allowed_domains[0]"),
+        # A filter the gateway would not apply is refused, never read as no filter
+        ({"type": "web_search", "filters": {"excluded_domains": ["evil.com"]}}, "tools[0].filters.excluded_domains"),
     ],
 )
 async def test_malformed_filters_are_refused_with_400_in_the_responses_shape(tool: dict[str, Any], said: str) -> None:
@@ -181,7 +207,66 @@ async def test_malformed_filters_are_refused_with_400_in_the_responses_shape(too
     assert refused.value.status_code == 400 and refused.value.code == "invalid_request"
     assert isinstance(refused.value.body, dict) and refused.value.body["type"] == "invalid_request_error"
     assert said in refused.value.message
+    assert refused.value.param == said.split(" ")[0].rstrip(":")  # the field at fault, as OpenAI's API names it
     assert model.requests == []
+
+
+async def responses_search(*tools: dict[str, Any]) -> list[str]:
+    """The URLs of the web_search_call the openai SDK reads, for a search that finds a page on two hosts."""
+
+    @server_tool(name="web_search", description="Search the web.")
+    async def web_search(query: str) -> ToolResult:
+        return search_result(query, [Source("http://allowed.com/", "A", "A."), Source("http://evil.com/", "E", "E.")])
+
+    model = ScriptedModel(response(function_call("web_search", {"query": "q"})), response("Done."))
+    hook = ServerTools([web_search], native={"web_search": "web_search"})
+    answer = await openai_client(AgenticLoopMiddleware(model, hooks=[hook])).responses.create(
+        model="m",
+        input="Search.",
+        tools=list(tools),  # type: ignore[arg-type]
+    )
+    (call,) = [item for item in answer.output if isinstance(item, ResponseFunctionWebSearch)]
+    assert call.action.type == "search"
+    return [source.url for source in call.action.sources or []]
+
+
+async def test_a_blocked_domains_filter_in_openai_s_shape_holds() -> None:
+    # OpenAI documents only `filters.allowed_domains`; OpenAI-compatible providers take `filters.blocked_domains`
+    # too, and a client that sends it must not get evil.com's page (it was silently read as no filter)
+    assert await responses_search({"type": "web_search", "filters": {"blocked_domains": ["evil.com"]}}) == [
+        "http://allowed.com/"
+    ]
+
+
+@pytest.mark.parametrize("hosted", ["web_search_preview", "web_search"])
+async def test_a_native_tool_declared_twice_is_refused_whichever_comes_first(hosted: str) -> None:
+    # Only the first declaration's options were read: a bare one before the filtered one filtered nothing
+    model, hook = searching("http://evil.com/")
+    tools = [{"type": hosted}, {"type": "web_search", "filters": {"allowed_domains": ["allowed.com"]}}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await openai_client(AgenticLoopMiddleware(model, hooks=[hook])).responses.create(
+            model="m",
+            input="Search.",
+            tools=tools,  # type: ignore[arg-type]
+        )
+    assert "tools[1] declares the native tool 'web_search' again" in refused.value.message
+    assert refused.value.param == "tools[1]"
+    assert model.requests == []
+
+
+async def test_a_refused_request_is_logged_as_a_warning_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    # A client can send as many bad requests as it likes: each is its own doing, not a fault of the gateway
+    model, hook = searching("http://allowed.com/")
+    with caplog.at_level(logging.DEBUG), pytest.raises(anthropic.BadRequestError):
+        await anthropic_client(AgenticLoopMiddleware(model, hooks=[hook])).messages.create(
+            model="m",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "Search."}],
+            tools=[{"type": "web_search_20250305", "name": "web_search", "allowed_domains": "allowed.com"}],  # type: ignore[list-item]
+        )
+    said = [record for record in caplog.records if "allowed_domains must be a list" in record.getMessage()]
+    assert [(record.levelno, record.exc_info) for record in said] == [(logging.WARNING, None)]
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 @pytest.mark.parametrize(

@@ -144,7 +144,70 @@ async def test_malformed_web_search_call_items_are_refused_with_400(item: dict[s
         )
     assert refused.value.status_code == 400 and refused.value.code == "invalid_request"
     assert said in refused.value.message
+    assert refused.value.param == said.split(" ")[0]  # the field at fault, as OpenAI's API names it
     assert model.requests == []
+
+
+@pytest.mark.parametrize(
+    ("messages", "said"),
+    [
+        (
+            [{"role": "user", "content": [CALL, RESULT]}],
+            "messages[0].content[0]: a server_tool_use block belongs in an assistant turn",
+        ),
+        (
+            [
+                {"role": "user", "content": "What is the capital?"},
+                {"role": "assistant", "content": [CALL]},
+                {"role": "user", "content": [RESULT, {"type": "text", "text": "And then?"}]},
+            ],
+            "messages[2].content[0]: a web_search_tool_result block belongs in an assistant turn",
+        ),
+    ],
+)
+async def test_records_outside_an_assistant_turn_are_refused_with_400(messages: list[Any], said: str) -> None:
+    # They were passed to the app as they were: blocks of a vocabulary it does not know
+    model = ScriptedModel(message("Done."))
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await anthropic_client(AgenticLoopMiddleware(model, hooks=[hook()])).messages.create(
+            model="m",
+            max_tokens=100,
+            messages=messages,  # type: ignore[arg-type]
+            tools=[NATIVE],  # type: ignore[list-item]
+        )
+    assert isinstance(refused.value.body, dict) and said in refused.value.body["error"]["message"]
+    assert model.requests == []
+
+
+PIECES = {
+    "call": CALL,
+    "call2": {**CALL, "id": "srvtoolu_2"},
+    "result": RESULT,
+    "result2": {**RESULT, "tool_use_id": "srvtoolu_2"},
+    "text": {"type": "text", "text": "So."},
+}
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["user", "assistant"]), st.lists(st.sampled_from(sorted(PIECES)), max_size=5)),
+        min_size=1,
+        max_size=4,
+    )
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_records_in_any_order_and_turn_give_a_400_or_the_app_s_own_vocabulary(turns: list[Any]) -> None:
+    # Any order ([call, text, result], results before calls, ids reused across turns) in any role
+    model = ScriptedModel(default=message("Done."))
+    messages = [{"role": "user", "content": "Hi"}] + [
+        {"role": role, "content": [PIECES[name] for name in names] or "Hm."} for role, names in turns
+    ]
+    body = {"model": "m", "max_tokens": 10, "messages": messages, "tools": [NATIVE]}
+    answered = status(AgenticLoopMiddleware(model, hooks=[hook()]), "/v1/messages", body)
+    assert answered in (200, 400)
+    if answered == 200:
+        sent = orjson.dumps(model.requests[0].body["messages"])
+        assert b"server_tool_use" not in sent and b"web_search_tool_result" not in sent
 
 
 JSON = st.recursive(

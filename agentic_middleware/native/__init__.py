@@ -43,6 +43,7 @@ RECORDED = frozenset({"web_search"})  # the native tools (`native=` keys) whose 
 CITED_CHARS = 150  # Anthropic's `cited_text` holds at most this much of the source
 _URL_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_~/%?#=&+@")
 _TRAILING = frozenset(".:,;!")  # end a URL unless a URL's characters follow (`a.html`, `a:8080`)
+FILTERS = ("allowed_domains", "blocked_domains")  # Anthropic's fields, and OpenAI's `filters` (blocked as some serve)
 _PREFIX = "amw1."  # our `encrypted_content`: this prefix, then the source's text as URL-safe base64
 
 
@@ -74,30 +75,41 @@ class NativeOptions:
     @classmethod
     def read(cls, tool: Mapping[str, Any], where: str = "the native tool") -> NativeOptions:
         """Anthropic's fields (`max_uses`, `allowed_domains`, `blocked_domains`, `user_location`) and OpenAI's
-        (`filters.allowed_domains`, `user_location`, chat's `user_location.approximate`).
+        (`filters.allowed_domains`, and `filters.blocked_domains` as OpenAI-compatible providers take it;
+        `user_location`, chat's `user_location.approximate`).
 
         A field of the wrong type is refused (`RequestRefused`, a 400 naming `where` and the field), as the
         providers' APIs refuse it, rather than read as absent: a filter given as a string must not filter nothing.
         """
         filters = tool.get("filters")
         if filters is not None and not isinstance(filters, dict):
-            raise RequestRefused(f"{where}.filters must be an object, got {domains.shown(filters)}")
-        allowed, allowed_rules = domains.rules(tool.get("allowed_domains"), f"{where}.allowed_domains")
-        if isinstance(filters, dict):  # OpenAI's place for them
-            inner = domains.rules(filters.get("allowed_domains"), f"{where}.filters.allowed_domains")
-            allowed, allowed_rules = (allowed, allowed_rules) if allowed else inner
-        blocked, blocked_rules = domains.rules(tool.get("blocked_domains"), f"{where}.blocked_domains")
+            raise RequestRefused(
+                f"{where}.filters must be an object, got {domains.shown(filters)}", param=f"{where}.filters"
+            )
+        lists = {name: _domain_list(tool, filters or {}, name, where) for name in FILTERS}
+        unknown = sorted(key for key in filters or {} if key not in FILTERS)
+        if unknown:  # a filter we would not apply: refused, never read as no filter
+            raise RequestRefused(
+                f"{where}.filters.{unknown[0]} is not a filter the gateway applies (it applies {', '.join(FILTERS)})",
+                param=f"{where}.filters.{unknown[0]}",
+            )
+        (allowed, allowed_rules), (blocked, blocked_rules) = lists["allowed_domains"], lists["blocked_domains"]
         location = tool.get("user_location")
         if location is not None and not isinstance(location, dict):
-            raise RequestRefused(f"{where}.user_location must be an object, got {domains.shown(location)}")
+            raise RequestRefused(
+                f"{where}.user_location must be an object, got {domains.shown(location)}",
+                param=f"{where}.user_location",
+            )
         if isinstance(location, dict) and isinstance(location.get("approximate"), dict):
             location = location["approximate"]
         max_uses = tool.get("max_uses")
         if max_uses is not None and (type(max_uses) is not int or max_uses < 1):
-            raise RequestRefused(f"{where}.max_uses must be a positive integer, got {max_uses!r}")
+            raise RequestRefused(
+                f"{where}.max_uses must be a positive integer, got {max_uses!r}", param=f"{where}.max_uses"
+            )
         name = tool.get("name")
         if name is not None and not isinstance(name, str):
-            raise RequestRefused(f"{where}.name must be a string, got {domains.shown(name)}")
+            raise RequestRefused(f"{where}.name must be a string, got {domains.shown(name)}", param=f"{where}.name")
         return cls(
             declared=dict(tool),
             max_uses=max_uses,
@@ -127,6 +139,20 @@ class NativeOptions:
         if self._allowed and not domains.within(found, self._allowed, unsure=False):
             return False
         return not domains.within(found, self._blocked or (), unsure=True)
+
+
+def _domain_list(
+    tool: Mapping[str, Any], filters: Mapping[str, Any], name: str, where: str
+) -> tuple[tuple[str, ...], tuple[Rule, ...]]:
+    """One filter, from Anthropic's place (`allowed_domains`) or OpenAI's (`filters.allowed_domains`). Given in
+    both, it is refused: which one the client meant is not ours to guess, and their union would widen an allowance."""
+    top, inner = tool.get(name), filters.get(name)
+    if top is not None and inner is not None:
+        raise RequestRefused(
+            f"{where}.{name} and {where}.filters.{name} are both given: give the domains once",
+            param=f"{where}.filters.{name}",
+        )
+    return domains.rules(top, f"{where}.{name}") if inner is None else domains.rules(inner, f"{where}.filters.{name}")
 
 
 def format_sources(query: str | None, sources: Sequence[Source]) -> str:

@@ -18,7 +18,7 @@ class ChatNative(NativeFormat):
     def declared(self, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         options = body.get(OPTIONS_FIELD)
         if options is not None and not isinstance(options, dict):
-            raise RequestRefused(f"{OPTIONS_FIELD} must be an object, got {shown(options)}")
+            raise RequestRefused(f"{OPTIONS_FIELD} must be an object, got {shown(options)}", param=OPTIONS_FIELD)
         return [(OPTIONS_FIELD, {**options, "type": "web_search"})] if isinstance(options, dict) else []
 
     def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:

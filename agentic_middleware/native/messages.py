@@ -117,7 +117,10 @@ class MessagesNative(NativeFormat):
 
     def request(self, body: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
         messages = body.get("messages")
-        if not isinstance(messages, list) or not any(_recorded(turn) for turn in messages):
+        if not isinstance(messages, list):
+            return body
+        _refuse_misplaced(messages, names)
+        if not any(_recorded(turn) for turn in messages):
             return body
         return {**body, "messages": list(_turned_back(messages, names))}
 
@@ -144,6 +147,19 @@ def _recorded(turn: Any) -> bool:
         isinstance(block, dict) and (_kind(block) in RECORD_TYPES or CITATION_TYPE in _citation_types(block))
         for block in content
     )
+
+
+def _refuse_misplaced(messages: list[Any], names: Mapping[str, str]) -> None:
+    """A record of our tool outside an assistant turn is refused, as Anthropic refuses it: only the assistant's
+    turns are turned back, so one elsewhere would reach the app in a vocabulary it does not know."""
+    for at, turn in enumerate(messages):
+        content = turn.get("content") if isinstance(turn, dict) and turn.get("role") != "assistant" else None
+        for number, block in enumerate(content if isinstance(content, list) else ()):
+            kind = _kind(block) if isinstance(block, dict) else None
+            name = block.get("name") if kind == "server_tool_use" else None
+            if kind == "web_search_tool_result" or (isinstance(name, str) and name in names):
+                where = f"messages[{at}].content[{number}]"
+                raise RequestRefused(f"{where}: a {kind} block belongs in an assistant turn", param=where)
 
 
 def _kind(block: dict[str, Any]) -> str | None:
@@ -213,7 +229,9 @@ def _turned_back(messages: list[Any], names: Mapping[str, str]) -> Iterator[Any]
                 call_id, name, given = _call(block, where)
                 if name in names:
                     if call_id in calls:
-                        raise RequestRefused(f"{where}.id: {call_id!r} is the id of an earlier server_tool_use")
+                        raise RequestRefused(
+                            f"{where}.id: {call_id!r} is the id of an earlier server_tool_use", param=f"{where}.id"
+                        )
                     calls[call_id] = {"id": call_id, "name": name, "input": given}
                     part.append({"type": "tool_use", "id": call_id, "name": names[name], "input": given})
                     results[call_id] = {}
@@ -225,7 +243,8 @@ def _turned_back(messages: list[Any], names: Mapping[str, str]) -> Iterator[Any]
                         f"{where}.tool_use_id: {call_id!r} is not the id of a server_tool_use before it in this turn"
                         if call_id not in calls
                         else f"{where}.tool_use_id: the server_tool_use {call_id!r} has a result already, or other"
-                        " blocks stand between them"
+                        " blocks stand between them",
+                        param=f"{where}.tool_use_id",
                     )
                 answered.add(call_id)
                 results[call_id] = _result(block, where, calls[call_id])

@@ -36,7 +36,8 @@ def checked(value: Any, kinds: type | tuple[type, ...], where: str, optional: bo
     if isinstance(value, kinds) and not isinstance(value, bool):
         return value
     names = " or ".join(_NAMES[kind] for kind in _tuple(kinds))
-    raise RequestRefused(f"{where} must be {names}, got {shown(value) if value is not NOTHING else 'nothing'}")
+    got = shown(value) if value is not NOTHING else "nothing"
+    raise RequestRefused(f"{where} must be {names}, got {got}", param=where)
 
 
 def sources(results: list[Any], where: str) -> list[Source]:
