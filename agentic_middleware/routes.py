@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
@@ -17,21 +18,33 @@ logger = logging.getLogger("agentic_middleware")
 
 T = TypeVar("T")
 
-# The paths LiteLLM's proxy serves each wire format on (its OpenAI-compatible, Azure-style and Anthropic routes).
+# The paths LiteLLM's proxy (1.110.2) serves each wire format on: its OpenAI-compatible, Azure-style, queued and
+# Anthropic routes (tests/test_routes.py reads them from its app). Left out: `/cursor/chat/completions`, whose requests
+# may be Responses bodies on a chat path, and its provider pass-through routes (`/anthropic/{endpoint:path}`, ...).
 LITELLM_ROUTES: Mapping[str, str] = MappingProxyType(
     {
         "/v1/chat/completions": "chat_completions",
         "/chat/completions": "chat_completions",
         "/engines/{model:path}/chat/completions": "chat_completions",
         "/openai/deployments/{model:path}/chat/completions": "chat_completions",
+        "/queue/chat/completions": "chat_completions",
         "/v1/messages": "messages",
-        "/messages": "messages",
+        "/claude_code_gateway/v1/messages": "messages",
         "/v1/responses": "responses",
         "/responses": "responses",
         "/openai/v1/responses": "responses",
     }
 )
 PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType({"litellm": LITELLM_ROUTES})
+# Paths that end like a model route but serve another API: OpenAI Assistants' thread messages, LiteLLM's workflow
+# runs, MCP's SSE transport. The missing-route warning leaves them out.
+NOT_MODEL_ROUTES = (
+    "/threads/{thread_id}/messages",
+    "/v1/threads/{thread_id}/messages",
+    "/v1/workflows/runs/{run_id}/messages",
+    "/mcp/sse/messages",
+    "/sse/messages",
+)
 
 _PARAMETER = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _PATTERNS = {None: "[^/]+", "str": "[^/]+", "path": ".+"}
@@ -83,32 +96,49 @@ class RouteTable(Generic[T]):
 def uncovered_routes(app: Any, table: RouteTable[Any]) -> list[str]:
     """The POST routes of a wrapped Starlette/FastAPI app that look like model routes but no configured route covers.
 
-    The app is found by following `.app` through the middleware in between; any other app gives nothing.
+    The app is found by following `.app` through the middleware in between; any other app gives nothing. Paths known
+    to serve other APIs under a model route's ending (`NOT_MODEL_ROUTES`) are left out.
     """
-    node, seen = app, set()
-    while node is not None and id(node) not in seen and not isinstance(getattr(node, "routes", None), list):
-        seen.add(id(node))
-        node = getattr(node, "app", None)
-    routes = getattr(node, "routes", None)
-    if not isinstance(routes, list):
-        return []
     return [
         path
-        for path in _post_paths(routes, "")
-        if path.endswith(MODEL_ENDINGS) and table.get(_PARAMETER.sub("x", path)) is None
+        for path in _post_paths(_routes_of(app), "")
+        if path.endswith(MODEL_ENDINGS)
+        and table.get(_PARAMETER.sub("x", path)) is None
+        and _NOT_MODEL.get(_PARAMETER.sub("x", path)) is None
     ]
+
+
+def _routes_of(node: Any) -> list[Any]:
+    """The routes of an app or of a Mount: the first non-empty `routes` list on the way down its `.app`s."""
+    seen = set()
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        routes = getattr(node, "routes", None)
+        if isinstance(routes, list) and routes:
+            return routes
+        node = getattr(node, "app", None)
+    return []
+
+
+def _entries(routes: list[Any]) -> list[Any]:
+    """A route list as it is served: FastAPI's included routers opened up.
+
+    FastAPI (0.13x on) keeps each `include_router` as one entry without a `path`; its own
+    `fastapi.routing.iter_route_contexts` (what its OpenAPI schema is built from) gives the routes inside, their
+    prefixes applied. FastAPI is not imported here: an app that uses it has imported it already; older versions
+    copy the routes into the list, prefixed.
+    """
+    expand = getattr(sys.modules.get("fastapi.routing"), "iter_route_contexts", None)
+    return list(expand(routes)) if callable(expand) else routes
 
 
 def _post_paths(routes: list[Any], prefix: str) -> list[str]:
     found = []
-    for route in routes:
+    for route in _entries(routes):
         path = getattr(route, "path", None)
-        if not isinstance(path, str):
-            continue
-        children = getattr(route, "routes", None)
-        if isinstance(children, list) and children:  # a Mount: its routes under its path
-            found += _post_paths(children, prefix + path)
-        elif "POST" in (getattr(route, "methods", None) or ()):
+        if isinstance(getattr(route, "routes", None), list):  # a Mount (its path), a Host (none): its routes under it
+            found += _post_paths(_routes_of(route), prefix + (path if isinstance(path, str) else ""))
+        elif isinstance(path, str) and "POST" in (getattr(route, "methods", None) or ()):
             found.append(prefix + path)
     return found
 
@@ -122,3 +152,6 @@ def warn_uncovered(app: Any, table: RouteTable[Any]) -> None:
             "/engines/{model}/chat/completions work; routes='litellm' covers LiteLLM's paths)",
             ", ".join(uncovered),
         )
+
+
+_NOT_MODEL = RouteTable(dict.fromkeys(NOT_MODEL_ROUTES, True))

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import httpx2
 import openai
 import pytest
 from conftest import anthropic_client, http_client
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import iter_route_contexts
 from starlette.applications import Starlette
-from starlette.routing import Mount, Route
+from starlette.routing import Host, Mount, Route, Router
 from support import Route as WireRoute
 from support import ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool
+from agentic_middleware.routes import LITELLM_ROUTES, NOT_MODEL_ROUTES
 from agentic_middleware.testing import ScriptedModel, function_call, response
 
 MESSAGES, CHAT = WireRoute("messages"), WireRoute("chat")
@@ -38,8 +41,9 @@ def looping(route: WireRoute) -> ScriptedModel:
         ("/v1/chat/completions", CHAT),
         ("/openai/deployments/gpt-4o/chat/completions", CHAT),
         ("/engines/azure/gpt-4o/chat/completions", CHAT),  # LiteLLM's model names may hold a slash
+        ("/queue/chat/completions", CHAT),
         ("/v1/messages", MESSAGES),
-        ("/messages", MESSAGES),
+        ("/claude_code_gateway/v1/messages", MESSAGES),
     ],
 )
 async def test_the_litellm_preset_covers_litellms_paths(path: str, route: WireRoute) -> None:
@@ -163,3 +167,91 @@ def _litellm() -> dict[str, str]:
     from agentic_middleware.routes import LITELLM_ROUTES
 
     return dict(LITELLM_ROUTES)
+
+
+def uncovered_warning(caplog: pytest.LogCaptureFixture) -> str:
+    warnings = [r.getMessage() for r in caplog.records if "no configured route covers" in r.getMessage()]
+    assert len(warnings) <= 1
+    return warnings[0] if warnings else ""
+
+
+def test_the_warning_sees_included_routers_mounts_and_hosts(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="agentic_middleware")
+    model = ScriptedModel()
+    inner = APIRouter()
+    inner.add_api_route("/chat/completions", model, methods=["POST"])
+    outer = APIRouter()
+    outer.add_api_route("/v1/messages", model, methods=["POST"])
+    outer.include_router(inner, prefix="/deep")
+    sub = FastAPI()
+    sub.include_router(outer)
+    app = FastAPI()
+    app.include_router(outer, prefix="/team")
+    app.router.routes.append(Mount("/sub", app=sub))
+    app.router.routes.append(Host("llm.example", app=Router([Route("/v1/responses", model, methods=["POST"])])))
+    app.router.routes.append(Route("/v1/threads/{thread_id}/messages", model, methods=["POST"]))  # Assistants
+
+    AgenticLoopMiddleware(app, hooks=[ToolHook()], routes={"/v1/chat/completions": "chat_completions"})
+
+    named = uncovered_warning(caplog).split("serves POST ")[1].split(", which")[0].split(", ")
+    assert sorted(named) == [
+        "/sub/deep/chat/completions",
+        "/sub/v1/messages",
+        "/team/deep/chat/completions",
+        "/team/v1/messages",
+        "/v1/responses",
+    ]
+
+
+@pytest.fixture(scope="module")
+def litellm_app() -> Any:
+    """LiteLLM's proxy app with every router it registers lazily (at a path's first request) registered now."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
+    try:
+        from litellm.proxy._lazy_features import register_all_features
+        from litellm.proxy.proxy_server import app
+    except ImportError as error:  # not in the test extra: with them, LiteLLM's SDK runs guardrails otherwise
+        pytest.skip(f"LiteLLM's proxy app needs the `litellm-proxy` extra: {error}")
+
+    register_all_features(app)
+    return app
+
+
+def served_post_paths(app: Any) -> set[str]:
+    """The POST paths an app serves, read with FastAPI's own walk of its routes (as its OpenAPI schema is)."""
+    found = set()
+
+    def walk(routes: list[Any], prefix: str) -> None:
+        for context in iter_route_contexts(routes):
+            children = getattr(context, "routes", None)
+            if isinstance(children, list):
+                walk(children, prefix + (context.path or ""))
+            elif context.path and "POST" in (context.methods or ()):
+                found.add(prefix + context.path)
+
+    walk(app.routes, "")
+    return found
+
+
+def test_the_litellm_preset_is_what_litellms_proxy_serves(litellm_app: Any, caplog: pytest.LogCaptureFixture) -> None:
+    served = served_post_paths(litellm_app)
+    assert set(LITELLM_ROUTES) <= served  # no preset path LiteLLM does not serve
+    model_paths = {path for path in served if path.endswith(("/chat/completions", "/messages", "/responses"))}
+    left_out = {"/cursor/chat/completions"}  # Responses bodies on a chat path: see docs/configuration.md
+    assert model_paths - set(LITELLM_ROUTES) - set(NOT_MODEL_ROUTES) == left_out
+
+    caplog.set_level(logging.WARNING, logger="agentic_middleware")
+    AgenticLoopMiddleware(litellm_app, hooks=[ToolHook()], routes="litellm")
+    assert "serves POST /cursor/chat/completions, which" in uncovered_warning(caplog)
+
+
+def test_with_the_default_routes_the_warning_names_litellms_other_paths(
+    litellm_app: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agentic_middleware")
+    AgenticLoopMiddleware(litellm_app, hooks=[ToolHook()])
+
+    named = set(uncovered_warning(caplog).split("serves POST ")[1].split(", which")[0].split(", "))
+    assert named == set(LITELLM_ROUTES) - {"/v1/chat/completions", "/v1/messages", "/v1/responses"} | {
+        "/cursor/chat/completions"
+    }
