@@ -9,6 +9,10 @@ global setting) says to skip system or tool messages:
 - `/v1/responses`: `instructions` first, then a string input, input messages' contents and text parts, and
   tool outputs (`function_call_output` and its kin) that are text.
 
+Beyond LiteLLM, the words the model reads outside a `text` field (documents, search results, refusals, reasoning
+summaries, MCP outputs) are texts too, and `tool_calls` and `images` are given as LiteLLM gives them (on Responses
+too, where it gives none): a word a guardrail blocks must not reach the model where the guardrail never looked.
+
 Each text has a slot (its container and key), so the texts a guardrail returns are written where they came from.
 Its `structured_messages` are the request's messages (on Responses, its input items; on Messages the `system`
 prompt leads them as a `{"role": "system"}` entry), less those the skip settings leave out; what it returns is
@@ -21,6 +25,8 @@ import copy
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+import orjson
 
 from .errors import RequestRefused
 from .surfaces.responses import input_items
@@ -54,6 +60,8 @@ class GuardrailView:
         self.system_entry: dict[str, Any] | None = None  # on Messages: `system`, as the entry leading the messages
         self.slots = list(_slots(request_data, api_surface, skip_system, skip_tool))
         self.texts: list[str] = [holder[key] for holder, key in self.slots]
+        self.tool_calls: list[Any] = [_as_tool_call(call, api_surface) for call in _calls(request_data, api_surface)]
+        self.images: list[str] = list(_images(request_data, api_surface, skip_tool))
         self.all_messages: list[Any] = self._all_messages()
         self.in_scope = [index for index, item in enumerate(self.all_messages) if self._in_scope(item)]
         self.messages: list[Any] = (
@@ -128,8 +136,118 @@ class GuardrailView:
         for (holder, key), text in zip(slots, returned, strict=True):
             holder[key] = text
 
+    def write_tool_calls(self, returned: list[Any]) -> str | None:
+        """The tool calls a guardrail returned, each where it came from (on copies); a problem, else None."""
+        if len(returned) != len(self.tool_calls):
+            return f"returned {len(returned)} tool calls for the {len(self.tool_calls)} it was given"
+        data = self.request_data
+        if isinstance(data.get("messages"), list):
+            data["messages"] = copy.deepcopy(data["messages"])
+        elif self.api_surface == "responses" and isinstance(data.get("input"), list):
+            data["input"] = copy.deepcopy(data["input"])
+        for (holder, key), call in zip(_call_slots(data, self.api_surface), returned, strict=True):
+            if self.api_surface == "chat_completions":
+                legacy = key == "function_call"
+                holder[key] = call.get("function") if legacy and isinstance(call, dict) else call
+                continue
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            item = holder[key]
+            if self.api_surface == "responses":
+                if not isinstance(arguments, str):
+                    return "returned a tool call whose arguments are not a string"
+                item[_RESPONSES_CALLS[item["type"]]] = arguments
+            else:
+                try:
+                    parsed = orjson.loads(arguments) if isinstance(arguments, str) else arguments
+                except orjson.JSONDecodeError:
+                    parsed = None
+                if not isinstance(parsed, dict):
+                    return "returned a tool call whose arguments are not a JSON object"
+                item["input"] = parsed
+            if isinstance(name, str):
+                item["name"] = name
+        return None
+
 
 _END = object()
+
+
+def _call_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
+    """Where each tool call of the request's history stands, as LiteLLM's proxy gives them to a guardrail: Chat's
+    assistant `tool_calls`, Messages' `tool_use` blocks; and on Responses (where LiteLLM gives none, so that a
+    guardrail reading tool calls is walked around there) `function_call`, `custom_tool_call` and `mcp_call` items."""
+    if api_surface == "responses":
+        items = data.get("input")
+        for index, item in enumerate(items if isinstance(items, list) else ()):
+            if isinstance(item, dict) and item.get("type") in _RESPONSES_CALLS:
+                yield items, index
+        return
+    messages = data.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            continue
+        if api_surface == "anthropic_messages":
+            content = message.get("content")
+            for index, block in enumerate(content if isinstance(content, list) else ()):
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    yield content, index
+            continue
+        calls = message.get("tool_calls")
+        for index, call in enumerate(calls if isinstance(calls, list) else ()):
+            if isinstance(call, dict):
+                yield calls, index
+        if isinstance(message.get("function_call"), dict):  # the deprecated single call, which LiteLLM skips
+            yield message, "function_call"
+
+
+# A Responses call item's field that holds what it was called with.
+_RESPONSES_CALLS = {"function_call": "arguments", "custom_tool_call": "input", "mcp_call": "arguments"}
+
+
+def _images(data: dict[str, Any], api_surface: str, skip_tool: bool) -> Iterator[str]:
+    """The images of the request's messages, as LiteLLM's proxy gives them to a guardrail (read only): an image
+    block's URL or its base64 data as a data URI (Messages), an `image_url` part's URL (Chat), and an
+    `input_image`'s URL (Responses, where LiteLLM gives none)."""
+    messages = data.get("input" if api_surface == "responses" else "messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if (skip_tool and _role(message, api_surface) == "tool") or not isinstance(content, list):
+            continue
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image" and isinstance(source := part.get("source"), dict):
+                url, data_ = source.get("url"), source.get("data")
+                media = source.get("media_type")
+                if isinstance(url, str) and url:
+                    yield url
+                elif isinstance(data_, str) and data_:
+                    yield f"data:{media};base64,{data_}" if isinstance(media, str) and media else data_
+            elif kind in ("image_url", "input_image"):
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                if isinstance(url, str) and url:
+                    yield url
+
+
+def _calls(data: dict[str, Any], api_surface: str) -> Iterator[Any]:
+    for holder, key in _call_slots(data, api_surface):
+        yield holder[key]
+
+
+def _as_tool_call(call: dict[str, Any], api_surface: str) -> dict[str, Any]:
+    """One call as a guardrail reads it: an OpenAI tool call (a copy: the client's body is not changed)."""
+    if api_surface == "chat_completions":
+        if "function" not in call and "name" in call:  # a deprecated `function_call`
+            return {"id": None, "type": "function", "function": copy.deepcopy(call)}
+        return copy.deepcopy(call)
+    if api_surface == "responses":
+        arguments = call.get(_RESPONSES_CALLS[call["type"]])
+        call_id = call.get("call_id", call.get("id"))
+    else:
+        arguments, call_id = orjson.dumps(call.get("input", {})).decode(), call.get("id")
+    return {"id": call_id, "type": "function", "function": {"name": call.get("name"), "arguments": arguments}}
 
 
 def _as_blocks(contents: list[Any]) -> list[Any]:
@@ -162,11 +280,13 @@ def _slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool:
     messages = data.get("messages")
     for message in messages if isinstance(messages, list) else ():
         if not isinstance(message, dict):
-            continue
+            raise _unreadable(f"a message that is {type(message).__name__}")
         role = _role(message, api_surface)
         skipped = (skip_system and role == "system") or (skip_tool and role == "tool")
         if skipped and api_surface != "anthropic_messages":  # there tool results are blocks, system is top-level
             continue
+        if api_surface == "chat_completions":  # an assistant's refusal, as the model reads it (LiteLLM gives none)
+            yield from _string_slot(message, "refusal")
         content = message.get("content")
         if not isinstance(content, list):
             yield from _content_slots(message, "content")
@@ -178,7 +298,7 @@ def _slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool:
                 if not skip_tool:
                     yield from _content_slots(block, "content")
             else:
-                yield from _text_slot(block)
+                yield from _part_slots(block)
 
 
 def _content_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
@@ -193,17 +313,41 @@ def _content_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
         for part in value:
             if not isinstance(part, dict):
                 raise _unreadable(f"a part of {key} that is {type(part).__name__}")
-            yield from _text_slot(part)
+            yield from _part_slots(part)
     elif value is not None:
         raise _unreadable(f"{key} that is {type(value).__name__}")
 
 
-def _text_slot(part: dict[str, Any]) -> Iterator[Slot]:
-    text = part.get("text")
-    if isinstance(text, str):
-        yield part, "text"
-    elif text is not None:
-        raise _unreadable(f"a text that is {type(text).__name__}")
+def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
+    """A content part's texts: its `text`, and the texts the model reads in parts that keep them elsewhere.
+
+    LiteLLM's proxy gives a guardrail only a part's `text` (and a Responses refusal's `refusal`); the model also
+    reads a refusal part's words, a `document`'s title, context and text source (`data`, or a `content` source's
+    texts) and a `search_result`'s title and text blocks, so those are given too: else a word a guardrail blocks
+    would reach the model in a document. A nested `tool_result` (which no API accepts) is read as one."""
+    kind = part.get("type")
+    yield from _string_slot(part, "refusal" if kind == "refusal" else "text")
+    if kind in ("document", "search_result"):
+        yield from _string_slot(part, "title")
+        if kind == "document":
+            yield from _string_slot(part, "context")
+            source = part.get("source")
+            if isinstance(source, dict) and source.get("type") == "text":
+                yield from _string_slot(source, "data")
+            elif isinstance(source, dict) and source.get("type") == "content":
+                yield from _content_slots(source, "content")
+        else:
+            yield from _content_slots(part, "content")
+    elif kind == "tool_result":
+        yield from _content_slots(part, "content")
+
+
+def _string_slot(holder: dict[str, Any], key: str) -> Iterator[Slot]:
+    value = holder.get(key)
+    if isinstance(value, str):
+        yield holder, key
+    elif value is not None:
+        raise _unreadable(f"a {key} that is {type(value).__name__}")
 
 
 def _unreadable(what: str) -> RequestRefused:
@@ -211,14 +355,25 @@ def _unreadable(what: str) -> RequestRefused:
 
 
 def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -> Iterator[Slot]:
-    if isinstance(data.get("instructions"), str) and not skip_system:
+    instructions = data.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _unreadable(f"instructions that are {type(instructions).__name__}")
+    if instructions is not None and not skip_system:
         yield data, "instructions"
     items = data.get("input")
     if isinstance(items, str):
         yield data, "input"
         return
     for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict):
+            raise _unreadable(f"an input item that is {type(item).__name__}")
         role = _role(item, "responses")
-        if (skip_system and role == "system") or (skip_tool and role == "tool") or not isinstance(item, dict):
+        if (skip_system and role == "system") or (skip_tool and role == "tool"):
+            continue
+        if item.get("type") == "reasoning":  # its summary is words the app may show the model again
+            yield from _content_slots(item, "summary")
+        if item.get("type") == "mcp_call":  # a call and its output in one item: the model reads the output
+            if not skip_tool:
+                yield from _string_slot(item, "output")
             continue
         yield from _content_slots(item, "output" if role == "tool" else "content")

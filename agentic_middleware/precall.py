@@ -213,6 +213,10 @@ async def _guardrail(
     inputs: dict[str, Any] = {"texts": view.texts, "structured_messages": view.messages}
     if chat_tools:
         inputs["tools"] = chat_tools
+    if view.tool_calls:
+        inputs["tool_calls"] = view.tool_calls
+    if view.images:
+        inputs["images"] = view.images
     if isinstance(request_data.get("model"), str):
         inputs["model"] = request_data["model"]
     result = await _called(
@@ -222,16 +226,22 @@ async def _guardrail(
         raise HookError(hook.name, GUARDRAIL, f"returned {type(result).__name__}, not the guardrail inputs")
     returned_messages = result.get("structured_messages")
     returned_texts = result.get("texts")
+    returned_calls = result.get("tool_calls")
     if isinstance(returned_messages, list) and returned_messages is not view.messages:
         view.write_messages(returned_messages)
-    elif isinstance(returned_texts, list) and returned_texts != view.texts:
-        if len(returned_texts) != len(view.texts) or not all(isinstance(text, str) for text in returned_texts):
-            raise HookError(
-                hook.name, GUARDRAIL, f"returned {len(returned_texts)} texts for the {len(view.texts)} it was given"
-            )
-        view.write_texts(returned_texts)
     else:
-        view.write_system_edit()
+        if isinstance(returned_texts, list) and returned_texts != view.texts:
+            if len(returned_texts) != len(view.texts) or not all(isinstance(text, str) for text in returned_texts):
+                raise HookError(
+                    hook.name, GUARDRAIL, f"returned {len(returned_texts)} texts for the {len(view.texts)} it was given"
+                )
+            view.write_texts(returned_texts)
+        else:
+            view.write_system_edit()
+        if isinstance(returned_calls, list) and returned_calls != view.tool_calls:
+            problem = view.write_tool_calls(returned_calls)
+            if problem is not None:
+                raise HookError(hook.name, GUARDRAIL, problem)
     returned_tools = result.get("tools")
     if isinstance(returned_tools, list) and returned_tools is not chat_tools:
         request_data["tools"] = _route_tools(returned_tools, tools, api_surface)
