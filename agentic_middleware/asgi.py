@@ -54,9 +54,23 @@ def with_length(headers: Headers, length: int) -> Headers:
     return [*kept, (b"content-length", str(length).encode())]
 
 
+def without_length(headers: Headers) -> Headers:
+    """The headers without a content-length (or transfer-encoding): the server frames a body of unknown length."""
+    return [(name, value) for name, value in headers if name.lower() not in _LENGTH_HEADERS]
+
+
 def scope_with_body_length(scope: Scope, length: int) -> Scope:
     """A copy of `scope` whose content-length fits a body of `length` bytes."""
     return {**scope, "headers": with_length(scope["headers"], length)}
+
+
+def scope_unencoded(scope: Scope) -> Scope:
+    """A copy of `scope` without `accept-encoding`: the answer is to be read on its way out, so it must not be
+    compressed (an app that forwards the client's headers upstream would otherwise get and relay a gzip body)."""
+    return {
+        **scope,
+        "headers": [(name, value) for name, value in scope["headers"] if name.lower() != b"accept-encoding"],
+    }
 
 
 def json_start(status: int, length: int, extra: Iterable[tuple[bytes, bytes]] = ()) -> Message:

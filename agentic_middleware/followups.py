@@ -19,7 +19,7 @@ import logging
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .asgi import json_start, read_body, replay, scope_with_body_length
+from .asgi import json_start, read_body, replay, scope_unencoded, scope_with_body_length
 from .chains import Chains, ChainsUnavailable
 from .shown import ShownIds
 from .surfaces.chat import openai_error_body
@@ -50,8 +50,8 @@ async def beside(
             resumed = await chains.resume(body, scope)
             if resumed is not None:
                 raw = orjson.dumps(resumed)
-                scope = scope_with_body_length(scope, len(raw))
-                send = shown = ShownIds(send)
+                scope = scope_unencoded(scope_with_body_length(scope, len(raw)))
+                send = shown = ShownIds(send, max_body_bytes)
                 shown.hide(resumed["previous_response_id"], body["previous_response_id"])
     await app(scope, replay(raw, receive, more_body=not complete), send)
 

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .asgi import json_start, read_body, replay, scope_with_body_length
+from .asgi import json_start, read_body, replay, scope_unencoded, scope_with_body_length
 from .asking import is_internal_field
 from .callers import Caller
 from .chains import ChainStore, chains_of
@@ -153,11 +153,11 @@ class AgenticLoopMiddleware:
             if changed:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
             if surface.chains_by_id:  # internal ids never reach the client (shown.py)
-                send = shown = ShownIds(send)
+                send = shown = ShownIds(send, self.settings.max_body_bytes)
                 resumed = await self.chains.resume(body, scope) if self.chains is not None else None
                 if resumed is not None:
                     shown.hide(resumed["previous_response_id"], body["previous_response_id"])
-                    body, changed = resumed, True
+                    body, changed, scope = resumed, True, scope_unencoded(scope)
             streaming = body.get("stream") is True
             mode = self.stream_mode(body) if streaming and self.hooks else None
             takes_part = bool(self.hooks) and (not streaming or mode is not None) and not compact

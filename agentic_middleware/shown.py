@@ -4,18 +4,18 @@ client knows.
 A Responses turn makes responses the client never gets the ids of: a follow-up rewritten by the chain store
 chains from the turn's last response (chains.py), and a looped turn's other rounds are stored too. The app names
 them where it likes (its error messages, "Previous response with id 'resp_...' not found.", a header, a nested
-string), so every occurrence is replaced as a whole word (not inside a longer id) in header values, JSON bodies
-and event streams, on every path: passed through, looped, live. A body is only searched (`bytes in`, no parse)
-for the few ids this request knows of; only a body that holds one is copied. An answer with a
-content-encoding cannot be read, so it goes as the app sent it (apps behind the middleware do not compress; the
-gateway's compression comes after it).
+string), so every occurrence that does not go on as a longer id is replaced, in header values and every body
+(JSON, event streams, text, untyped), on every path: passed through, looped, live. A body is only searched (`bytes
+in`, no parse) for the few ids this request knows of; only a body that holds one is copied. A rewritten follow-up
+is sent without `accept-encoding` (asgi.scope_unencoded); an answer the app compresses anyway cannot be read, so it
+goes as the app sent it.
 """
 
 from __future__ import annotations
 
 from starlette.types import Message, Send
 
-from .asgi import media_type, with_length
+from .asgi import media_type, with_length, without_length
 from .surfaces.responses_relay import ResponsesRelay
 
 _ID_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -25,19 +25,24 @@ class ShownIds:
     """The client's `send` for one request on a Responses route: `hide(internal, shown)` names an id to replace.
 
     A JSON body is held until it is whole and given its new length (when an id is hidden by its start: the loop
-    names its rounds before it answers); an event stream goes out up to its last line end (an id never spans one),
-    the rest held until the next chunk or the end (a live stream's later rounds are named while it runs)."""
+    names its rounds before it answers), up to `limit` bytes; past that, and for every other body (event streams,
+    text, no type), what arrives goes out at once but for its last few bytes when they could begin an id, held
+    until the next chunk or the end, and the `content-length` is dropped (a replacement may change the length). So
+    an id cut across two chunks is still found, an event is never held for the next one, and nothing is held whole
+    past the limit. A live stream's later rounds are named while it runs, each before any event of its own."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, limit: int) -> None:
         self.send = send
+        self.limit = limit
         self.hidden: dict[bytes, bytes] = {}
         self.rounds: list[str] = []  # the ids of a looped turn's rounds, in order
         self.relay: ResponsesRelay | None = None  # a live turn's relay, which names each round as it starts
         self.followed = 0  # how many of the relay's round ids are taken
         self.start: Message | None = None  # a JSON answer's start, held until its body is whole
         self.chunks: list[bytes] = []
-        self.stream = False
-        self.tail = b""  # an event stream's last partial line
+        self.size = 0  # the bytes held in `chunks`
+        self.searched = False  # the body is searched as it goes
+        self.tail = b""  # the body's last bytes that could begin an id, held until the next chunk
         self.plain = True  # not content-encoded
 
     def hide(self, internal: str, shown: str) -> None:
@@ -64,11 +69,12 @@ class ShownIds:
             if internal != shown:
                 self.hidden[internal.encode()] = shown.encode()
 
-    def shown(self, data: bytes) -> bytes:
-        """`data` with every hidden id replaced (a byte search per id; nothing is copied when none is there)."""
+    def shown(self, data: bytes, after: int | None = None) -> bytes:
+        """`data` with every hidden id replaced (a byte search per id; nothing is copied when none is there);
+        `after` is the byte that follows `data`, None at the end of the body."""
         for internal, shown in self.hidden.items():
             if internal in data:
-                data = _replaced(data, internal, shown)
+                data = _replaced(data, internal, shown, after)
         return data
 
     async def __call__(self, message: Message) -> None:
@@ -85,38 +91,65 @@ class ShownIds:
             if self.hidden and self.plain and (kind == b"application/json" or kind.endswith(b"+json")):
                 self.start = message
                 return
-            self.stream = self.plain and kind == b"text/event-stream"
+            self.searched = self.plain and (bool(self.hidden) or self.relay is not None)
+            if self.searched:
+                message = {**message, "headers": without_length(message.get("headers", ()))}
         elif message["type"] == "http.response.body" and self.plain:
             body = message.get("body", b"")
             more = message.get("more_body", False)
             if self.start is not None:
                 self.chunks.append(body)
-                if more:
+                self.size += len(body)
+                if more and self.size <= self.limit:
                     return
-                body = self.shown(b"".join(self.chunks))
+                body, self.chunks = b"".join(self.chunks), []
                 start, self.start = self.start, None
-                await self.send({**start, "headers": with_length(start.get("headers", ()), len(body))})
-                message = {**message, "body": body}
-            elif self.stream:
+                if not more:
+                    body = self.shown(body)
+                    await self.send({**start, "headers": with_length(start.get("headers", ()), len(body))})
+                    await self.send({**message, "body": body})
+                    return
+                await self.send({**start, "headers": without_length(start.get("headers", ()))})
+                self.searched = True  # over the limit: searched as it goes from here on
+            if self.searched:
                 body = self.tail + body
-                cut = len(body) if not more else body.rfind(b"\n") + 1
+                cut = self._held(body) if more else len(body)
                 body, self.tail = body[:cut], body[cut:]
                 if not body and more:
                     return
-                message = {**message, "body": self.shown(body)}
-            elif self.hidden:
-                message = {**message, "body": self.shown(body)}
+                message = {**message, "body": self.shown(body, body_after(self.tail))}
         await self.send(message)
 
+    def _held(self, data: bytes) -> int:
+        """Where the part of `data` that could begin a hidden id (or end with a whole one, whose next byte tells
+        whether it is a whole word) starts; `len(data)` when none could."""
+        if not self.hidden:
+            return len(data)
+        longest = max(map(len, self.hidden))
+        for at in range(max(0, len(data) - longest), len(data)):
+            rest = data[at:]
+            if any(internal.startswith(rest) for internal in self.hidden):
+                return at
+        return len(data)
 
-def _replaced(data: bytes, internal: bytes, shown: bytes) -> bytes:
-    """`data` with `internal` replaced by `shown` where it is a whole word: not next to another id character."""
+
+def body_after(tail: bytes) -> int | None:
+    """The byte after what goes out now: the first held one, None when nothing is held (the end of the body)."""
+    return tail[0] if tail else None
+
+
+def _replaced(data: bytes, internal: bytes, shown: bytes, after: int | None = None) -> bytes:
+    """`data` with `internal` replaced by `shown` where it does not go on as a longer id (not followed by another id
+    character; `after` is the byte that follows `data`). What comes before does not count: an id follows a JSON
+    escape (`\\n`, `\\u0027`), a percent-encoded quote (`%22`) or a word as readily as a space, and ids do not end
+    in one another."""
     parts: list[bytes] = []
     start = 0
     at = data.find(internal)
     while at != -1:
         end = at + len(internal)
-        if (at == 0 or data[at - 1] not in _ID_BYTES) and (end == len(data) or data[end] not in _ID_BYTES):
+        following = data[end] if end < len(data) else after
+        if following is None or following not in _ID_BYTES:
             parts += (data[start:at], shown)
             start = end
         at = data.find(internal, end if start == end else at + 1)

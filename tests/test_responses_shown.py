@@ -1,0 +1,198 @@
+"""Internal response ids are hidden wherever the app writes them: after an escape or an encoded quote, cut across
+the chunks of any answer, in answers too large to hold, and in answers the app would have compressed. Judged by the
+openai SDK against the app that stores like OpenAI (storing.py), with its follow-up's answer scripted."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple
+
+import openai
+import orjson
+import pytest
+from conftest import openai_client
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from test_responses_callers import gateway, live_turn, storing
+
+from agentic_middleware import AgenticLoopMiddleware
+
+Answer = Callable[[str], Response]
+
+
+class FollowUps:
+    """Answers every request that chains from an id with `answer(the id it was sent)`; the rest go to the app."""
+
+    def __init__(self, app: ASGIApp, answer: Answer) -> None:
+        self.app, self.answer = app, answer
+        self.sent: list[tuple[str, dict[str, str]]] = []  # each follow-up's previous_response_id and headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        previous = orjson.loads(body).get("previous_response_id")
+        if previous is None:
+            replayed = False
+
+            async def again() -> Message:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await self.app(scope, again, send)
+            return
+        headers = {name.decode(): value.decode() for name, value in scope["headers"]}
+        self.sent.append((previous, headers))
+        await self.answer(previous)(scope, receive, send)
+
+
+class Chained(NamedTuple):
+    gateway: AgenticLoopMiddleware
+    client: openai.AsyncOpenAI
+    shown: str  # the id the client got
+    internal: str  # the recorded id its follow-ups chain from
+    app: FollowUps
+
+
+async def chained(answer: Answer, **options: Any) -> Chained:
+    """A gateway whose first (live) turn left a record; its follow-ups are answered by `answer`."""
+    store = storing()
+    around: list[FollowUps] = []
+    app, _ = gateway(store, around=lambda inner: around.append(FollowUps(inner, answer)) or around[0], **options)
+    client = openai_client(app)
+    first = await live_turn(client)
+    return Chained(app, client, first.id, store.answers[1]["id"], around[0])
+
+
+def error(text: str, **headers: str) -> Answer:
+    return lambda internal: Response(
+        text.replace("ID", internal).encode(),
+        404,
+        media_type="application/json",
+        headers={name: value.replace("ID", internal) for name, value in headers.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        '{"error": {"message": "not found:\\nID"}}',  # a JSON escape before it
+        '{"error": {"message": "no response \\u003cID\\u003e"}}',  # Go's encoding/json writes < as \u003c
+        '{"error": {"message": "see /v1/responses?after=%22ID%22"}}',  # a percent-encoded quote
+    ],
+)
+async def test_an_internal_id_after_an_escape_or_an_encoded_quote_is_hidden(written: str) -> None:
+    _, client, shown, internal, app = await chained(error(written, link="</v1/responses?id=%22ID%22>"))
+
+    with pytest.raises(openai.NotFoundError) as raised:
+        await client.responses.create(model="m", input="?", previous_response_id=shown)
+
+    assert app.sent[-1][0] == internal  # what the app was sent
+    assert internal not in raised.value.response.text and shown in raised.value.response.text
+    assert raised.value.response.headers["link"] == f"</v1/responses?id=%22{shown}%22>"
+
+
+def chunked(text: str, media_type: str | None) -> Answer:
+    """The answer in chunks of 3 bytes, so that every id is cut across two, as a proxy relaying raw chunks sends it
+    (`StreamingResponse(upstream.aiter_raw())`, often without a content-type)."""
+
+    def answer(internal: str) -> Response:
+        body = text.replace("ID", internal).encode()
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for at in range(0, len(body), 3):
+                yield body[at : at + 3]
+
+        return StreamingResponse(pieces(), 404, media_type=media_type, headers={"content-length": str(len(body))})
+
+    return answer
+
+
+@pytest.mark.parametrize("media_type", [None, "text/plain", "application/json"])
+async def test_an_internal_id_cut_across_chunks_of_any_answer_is_hidden(media_type: str | None) -> None:
+    _, client, shown, _, _ = await chained(chunked('{"error": {"message": "No response ID here."}}', media_type))
+
+    with pytest.raises(openai.NotFoundError) as raised:
+        await client.responses.create(model="m", input="?", previous_response_id=shown)
+
+    assert raised.value.response.text == f'{{"error": {{"message": "No response {shown} here."}}}}'
+
+
+async def test_an_answer_over_max_body_bytes_is_searched_as_it_goes_not_held_whole() -> None:
+    seen: list[int] = []  # how many messages the client had when the app sent each chunk
+    got: list[Message] = []
+
+    def answer(internal: str) -> Response:
+        async def pieces() -> AsyncIterator[bytes]:
+            yield b'{"error": {"message": "' + internal.encode() + b'", "padding": "'
+            for _ in range(8):
+                seen.append(len(got))
+                yield b"x" * 4096
+            seen.append(len(got))
+            yield b'", "again": "' + internal.encode() + b'"}}'
+
+        return StreamingResponse(pieces(), 404, media_type="application/json")
+
+    gateway_app, _, shown, internal, _ = await chained(answer, max_body_bytes=16384)
+
+    async def collect(message: Message) -> None:
+        got.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/responses",
+        "raw_path": b"/v1/responses",
+        "query_string": b"",
+        "headers": [(b"authorization", b"Bearer test-key"), (b"content-type", b"application/json")],
+        "server": ("gateway", 80),
+        "client": ("127.0.0.1", 1),
+    }
+    body = orjson.dumps({"model": "m", "input": "?", "previous_response_id": shown})
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    await gateway_app(scope, receive, collect)
+
+    assert seen[-1] > 1  # the start and the first chunks had gone out before the app's last chunk
+    start = got[0]
+    assert b"content-length" not in dict(start["headers"])  # a replacement may change the length
+    text = b"".join(message.get("body", b"") for message in got[1:]).decode()
+    assert internal not in text and text.count(shown) == 2
+    assert orjson.loads(text)["error"]["again"] == shown
+
+
+@pytest.mark.parametrize("how", ["no hooks", "looped", "compact"])
+async def test_a_rewritten_follow_up_asks_the_app_for_an_uncompressed_answer(how: str) -> None:
+    middleware, client, shown, internal, app = await chained(
+        lambda internal: JSONResponse({"error": {"message": internal}}, 404)
+    )
+    if how == "no hooks":  # the follow-up passes through, rewritten
+        assert middleware.chains is not None
+        client = openai_client(AgenticLoopMiddleware(middleware.app, hooks=[], chain_store=middleware.chains.store))
+
+    with pytest.raises(openai.NotFoundError):
+        if how == "compact":
+            await client.responses.compact(model="m", previous_response_id=shown)
+        else:
+            await client.responses.create(model="m", input="?", previous_response_id=shown)
+
+    previous, headers = app.sent[-1]
+    assert previous == internal
+    assert "accept-encoding" not in headers  # the SDK asks for gzip; the answer is searched for the internal id
