@@ -4,8 +4,8 @@ uses or changes what another's turn left.
 `caller(scope) -> str | None` (sync or async) is the middleware's `caller` option. A gateway whose auth knows the
 caller better sets `scope["state"]["agentic_caller"]` (a non-empty string), which wins over the function. The
 default function takes LiteLLM's key hash when the gateway's auth put one in `request.state` (precall.py reads the
-same for hooks), else the SHA-256 of the API key the client sent (`authorization: Bearer <key>`, else
-`x-api-key`): the hash LiteLLM's proxy computes for the same key, so both name one caller alike. None means the
+same for hooks), else the SHA-256 of the API key the client sent, read from the headers LiteLLM's proxy reads, in
+its order: the hash LiteLLM's proxy computes for the same key, so both name one caller alike. None means the
 request names no one; such requests share the records made by requests that named no one, and only those.
 """
 
@@ -25,22 +25,41 @@ Caller = Callable[[Scope], "str | Awaitable[str | None] | None"]
 STATE_KEY = "agentic_caller"  # set by a gateway's auth in `request.state`: wins over the `caller` function
 
 
+# The headers LiteLLM's proxy takes a key from, in its order (litellm.proxy.auth.user_api_key_auth.get_api_key):
+# its own, OpenAI's, Azure's, Anthropic's, Google AI Studio's, Azure API Management's.
+_KEY_HEADERS = (
+    b"x-litellm-api-key",
+    b"authorization",
+    b"api-key",
+    b"x-api-key",
+    b"x-goog-api-key",
+    b"ocp-apim-subscription-key",
+)
+_SCHEMED = frozenset((b"x-litellm-api-key", b"authorization"))  # where LiteLLM drops a `Bearer` or `Basic` scheme
+_SCHEMES = frozenset((b"bearer", b"basic"))
+
+
 def key_hash(scope: Scope) -> str | None:
     """The default `caller`: LiteLLM's key hash in `request.state`, else the SHA-256 (hex) of the API key sent in
-    `authorization` (its `Bearer` scheme dropped) or `x-api-key`; None when there is none."""
+    the first of the headers LiteLLM's proxy reads a key from that holds one (`x-litellm-api-key`, `authorization`
+    with its `Bearer` or `Basic` scheme dropped, `api-key`, `x-api-key`, `x-goog-api-key`,
+    `ocp-apim-subscription-key`; of a repeated header, the first, as Starlette reads it); None when there is none,
+    so that a client's SDK (Azure's sends only `api-key`) never makes its callers one."""
     state = scope.get("state")
     if isinstance(state, dict) and (known := caller_hash(state)) is not None:
         return known
-    key = b""
+    sent: dict[bytes, bytes] = {}
     for name, value in scope.get("headers", ()):
-        name = name.lower()
-        if name == b"authorization":
-            scheme, _, rest = value.strip().partition(b" ")
-            key = rest.strip() if scheme.lower() == b"bearer" else value.strip()
-            break
-        if name == b"x-api-key" and not key:
-            key = value.strip()
-    return hashlib.sha256(key).hexdigest() if key else None
+        sent.setdefault(name.lower(), value)
+    for name in _KEY_HEADERS:
+        key = sent.get(name, b"").strip()
+        if name in _SCHEMED:
+            scheme, _, rest = key.partition(b" ")
+            if scheme.lower() in _SCHEMES:  # `Bearer` alone names no key: the next header may
+                key = rest.strip()
+        if key:
+            return hashlib.sha256(key).hexdigest()
+    return None
 
 
 async def identify(scope: Scope, caller: Caller) -> str | None:

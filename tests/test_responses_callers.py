@@ -8,6 +8,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 import pytest
 from conftest import openai_client
@@ -308,8 +309,43 @@ async def test_a_caller_function_that_fails_leaves_no_record_in_use_and_refuses_
 def test_the_default_caller_is_litellms_hash_of_the_key() -> None:
     from litellm.proxy._types import hash_token
 
-    headers = {"authorization": [(b"authorization", b"Bearer sk-1")], "x-api-key": [(b"x-api-key", b"sk-1")]}
+    headers = {
+        "authorization": [(b"authorization", b"Bearer sk-1")],
+        "basic": [(b"authorization", b"Basic sk-1")],  # LiteLLM drops that scheme too
+        "x-api-key": [(b"x-api-key", b"sk-1")],
+        "azure": [(b"api-key", b"sk-1")],
+        "google": [(b"x-goog-api-key", b"sk-1")],
+        "apim": [(b"ocp-apim-subscription-key", b"sk-1")],
+        "litellm's own first": [(b"authorization", b"Bearer upstream"), (b"x-litellm-api-key", b"Bearer sk-1")],
+        "an empty bearer, then a key": [(b"authorization", b"Bearer "), (b"x-api-key", b"sk-1")],
+        "repeated: the first, as Starlette reads it": [(b"x-api-key", b"sk-1"), (b"x-api-key", b"sk-2")],
+    }
     for sent in headers.values():
         assert key_hash({"type": "http", "headers": sent}) == hash_token("sk-1") == hashlib.sha256(b"sk-1").hexdigest()
     assert key_hash({"type": "http", "headers": [], "state": {"user_api_key_hash": "h"}}) == "h"
     assert key_hash({"type": "http", "headers": []}) is None
+    assert key_hash({"type": "http", "headers": [(b"authorization", b"Bearer")]}) is None
+
+
+def azure_client(app: ASGIApp, key: str) -> openai.AsyncAzureOpenAI:
+    """The SDK's Azure client, which sends its key in `api-key` (no `authorization`)."""
+    return openai.AsyncAzureOpenAI(
+        api_key=key,
+        api_version="2025-04-01-preview",
+        base_url="http://gateway/v1",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
+        max_retries=0,
+    )
+
+
+async def test_callers_known_by_the_azure_key_header_keep_their_records_apart() -> None:
+    store = storing()  # keys responses by `authorization`: to this app every Azure caller is the same
+    app, deleted = gateway(store)
+    a, b = azure_client(app, "key-a"), azure_client(app, "key-b")
+    first = await live_turn(a)
+
+    with pytest.raises(openai.BadRequestError, match="No tool output found"):  # B finds no record: sent as is
+        await b.responses.create(model="m", input="?", previous_response_id=first.id)
+    await b.responses.delete(first.id)  # the app lets B delete it; A's record is not B's to use
+    assert deleted == [first.id]
+    assert store.model.requests[-1].body["previous_response_id"] == first.id
