@@ -91,7 +91,10 @@ class ShownIds:
             if self.hidden and self.plain and (kind == b"application/json" or kind.endswith(b"+json")):
                 self.start = message
                 return
-            self.searched = self.plain and (bool(self.hidden) or self.relay is not None)
+            # An event stream is searched even before any id is hidden: a buffered stream begins (with keep-alives)
+            # before its rounds answer, and a live one before its later rounds start.
+            stream = kind == b"text/event-stream"
+            self.searched = self.plain and (bool(self.hidden) or self.relay is not None or stream)
             if self.searched:
                 message = {**message, "headers": without_length(message.get("headers", ()))}
         elif message["type"] == "http.response.body" and self.plain:

@@ -4,6 +4,7 @@ openai SDK against the app that stores like OpenAI (storing.py), with its follow
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
@@ -13,9 +14,10 @@ import pytest
 from conftest import openai_client
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from test_responses_callers import gateway, live_turn, storing
+from test_responses_callers import Quoting, gateway, live_turn, lookup, storing
 
 from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.tools import ServerTools
 
 Answer = Callable[[str], Response]
 
@@ -196,3 +198,28 @@ async def test_a_rewritten_follow_up_asks_the_app_for_an_uncompressed_answer(how
     previous, headers = app.sent[-1]
     assert previous == internal
     assert "accept-encoding" not in headers  # the SDK asks for gzip; the answer is searched for the internal id
+
+
+class Slow(Quoting):
+    """`Quoting`, each round answered after a pause longer than the keep-alive interval, so that a buffered stream
+    has begun (with a keep-alive) before any round has answered."""
+
+    async def slow(self, request: Any) -> Any:
+        await asyncio.sleep(0.05)
+        return self.reply(request)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model.default = self.slow
+
+
+async def test_a_buffered_stream_begun_before_its_rounds_answered_shows_one_id() -> None:
+    store = Slow()
+    app = AgenticLoopMiddleware(
+        store.model, hooks=[ServerTools([lookup])], chain_store=False, streaming="buffered", stream_keepalive=0.01
+    )
+    raw = await openai_client(app).responses.with_raw_response.create(model="m", input="q", stream=True)
+    text = (await raw.http_response.aread()).decode()
+
+    assert ": keep-alive" in text  # the stream began before the first round answered
+    assert store.turn[0] not in text and text.count(store.turn[1]) > 1
