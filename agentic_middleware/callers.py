@@ -65,12 +65,16 @@ def key_hash(scope: Scope) -> str | None:
 async def identify(scope: Scope, caller: Caller) -> str | None:
     """Who sent this request: `request.state.agentic_caller` when the gateway set it, else what `caller` says.
 
-    A `caller` that raises, or returns anything but a string or None, raises (`TypeError` for the latter): the
-    callers of this function fail closed on it."""
+    A `caller` that raises, or returns anything but a string or None, raises (`TypeError` for the latter), and so
+    does an `agentic_caller` that is set but is not a non-empty string (a user id object, an empty string): taken
+    as absent, it would leave callers the gateway told apart under one key. The callers of this function fail
+    closed on it."""
     state = scope.get("state")
     given = state.get(STATE_KEY) if isinstance(state, dict) else None
-    if isinstance(given, str) and given:
-        return given
+    if given is not None:
+        if isinstance(given, str) and given:
+            return given
+        raise TypeError(f"request.state.{STATE_KEY} must be a non-empty string, got {given!r:.60}")
     value: Any = caller(scope)
     if inspect.isawaitable(value):
         value = await value

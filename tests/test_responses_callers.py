@@ -5,6 +5,7 @@ by the openai SDK against an app that stores like OpenAI, per API key."""
 from __future__ import annotations
 
 import hashlib
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,34 @@ async def test_requests_that_name_no_one_share_only_records_made_by_such_request
     assert (await client.responses.create(model="m", input="?", previous_response_id=anonymous.id)).output_text
     with pytest.raises(openai.BadRequestError, match="No tool output found"):
         await client.responses.create(model="m", input="?", previous_response_id=named.id)
+
+
+class UserIds:
+    """An outer middleware whose auth sets `request.state.agentic_caller` to its user id object, not a string."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        user = dict(scope.get("headers", ())).get(b"x-user")
+        if user is not None:
+            scope.setdefault("state", {})["agentic_caller"] = uuid.uuid5(uuid.NAMESPACE_OID, user.decode())
+        await self.app(scope, receive, send)
+
+
+async def test_a_caller_the_gateway_set_that_is_not_a_string_keeps_records_of_no_one() -> None:
+    store = storing()
+    app, _ = gateway(store)
+    client = openai_client(UserIds(app))  # one API key for every user: only the gateway's auth tells them apart
+    first = await live_turn(client.with_options(default_headers={"x-user": "a"}))
+
+    with pytest.raises(openai.BadRequestError, match="No tool output found"):  # no record used, none made
+        await client.with_options(default_headers={"x-user": "b"}).responses.create(
+            model="m", input="?", previous_response_id=first.id
+        )
+    with pytest.raises(openai.InternalServerError) as raised:
+        await client.with_options(default_headers={"x-user": "b"}).responses.delete(first.id)
+    assert raised.value.status_code == 503 and raised.value.code == "chains_unavailable"
 
 
 def failing_caller(scope: Scope) -> str | None:
