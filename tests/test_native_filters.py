@@ -334,3 +334,23 @@ def test_any_json_in_any_option_of_the_declaration_gives_200_or_400(field: str, 
             return (await client.post("/v1/messages", content=orjson.dumps(body))).status_code
 
     assert asyncio.run(post()) in (200, 400)
+
+
+async def test_a_plain_text_result_does_not_reach_the_model_past_a_filter() -> None:
+    # A tool that returns text, not sources, gives the filters no URL to judge: its text went to the model as it was
+    @server_tool(name="web_search", description="Search the web.")
+    async def web_search(query: str) -> str:
+        return "1. http://evil.com/secret: the secret is 42"
+
+    model = ScriptedModel(message("Looking.", tool_use("web_search", {"query": "q"})), message("Done."))
+    hook = ServerTools([web_search], native={"web_search": "web_search"})
+    reply = await anthropic_client(AgenticLoopMiddleware(model, hooks=[hook])).messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "Search."}],
+        tools=[{"type": "web_search_20250305", "name": "web_search", "blocked_domains": ["evil.com"]}],
+    )
+    (record,) = [block for block in reply.content if isinstance(block, WebSearchToolResultBlock)]
+    assert not isinstance(record.content, list) and record.content.error_code == "unavailable"
+    (read,) = model.requests[1].body["messages"][-1]["content"]
+    assert read["is_error"] is True and "secret" not in read["content"]

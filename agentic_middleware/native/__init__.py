@@ -286,11 +286,20 @@ class NativeRequest:
 
     @staticmethod
     def restricted(result: ToolResult, options: NativeOptions, query: str | None) -> ToolResult:
-        """The result without sources the domain filters exclude; its text written anew when any were dropped."""
+        """The result without sources the domain filters exclude; its text written anew when any were dropped.
+
+        A result without sources (a tool that returns plain text) cannot be judged by the filters: with one set, its
+        text does not reach the model, which reads an error instead (fail closed), and the record says `unavailable`.
+        """
+        if options.filtered and not result.sources and not result.is_error:
+            return ToolResult(
+                "the search's results carry no URLs to check against this request's domain filters, so none is shown",
+                is_error=True,
+            )
         kept = tuple(source for source in result.sources if options.allows(source.url))
         if len(kept) == len(result.sources):
             return result
-        return result._replace(content=format_sources(query, kept), sources=kept)
+        return result._replace(content=format_sources(query, kept), sources=kept, images=())  # theirs, maybe
 
 
 def citations(text: str, sources: Sequence[Source]) -> Iterator[tuple[int, Source, int]]:
