@@ -4,8 +4,8 @@
     python tests/mcp_recording_server.py RUNS --fd FD    # over streamable HTTP on an inherited listening socket
 
 Each run of `record` appends "<order> <pid>" to the file RUNS before it waits, so a test can kill the server in
-the middle of a call and count the runs. `noisy` prints a line that is not JSON on the stdout the client reads,
-as a server run by `npx` may have npm do.
+the middle of a call and count the runs. `noisy` prints a line that is not JSON (or not even UTF-8) on the stdout
+the client reads, as a server run by `npx` may have npm do.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def build(runs: str) -> MCPServer:
         await asyncio.sleep(seconds)
         return f"recorded {order}"
 
-    @server.tool(description="Print a line on stdout that is not an MCP message.")
-    def noisy() -> str:
-        os.write(WIRE, b"npm notice New major version of npm available!\n")
+    @server.tool(description="Print a line on stdout that is not an MCP message (`bytes`: one not even UTF-8).")
+    def noisy(bytes: bool = False) -> str:
+        os.write(WIRE, b"\xff\xfe\x00 npm notice\n" if bytes else b"npm notice New major version of npm available!\n")
         return f"noisy pid={os.getpid()}"
 
     @server.tool(description="A text of `size` characters.")

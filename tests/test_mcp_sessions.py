@@ -179,16 +179,20 @@ async def test_a_413_is_that_calls_error_and_the_session_and_other_calls_go_on(
     assert "dropped" not in caplog.text and "reconnect" not in caplog.text
 
 
+@pytest.mark.parametrize("utf8", [True, False], ids=["text", "not-utf-8"])
 async def test_a_stdio_servers_stray_stdout_line_is_logged_not_a_restart(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, utf8: bool
 ) -> None:
+    """A stray line, even one that is not UTF-8 (which the SDK's strict decoding would leave the session hung on,
+    every later call timing out), is passed over: the calls beside it and after it are served by the same process."""
     route = Route("messages")
     runs = tmp_path / "runs"
-    calls = [("noisy", {}, "n"), ("record", {"order": "o1", "seconds": 1}, "r")]
+    noisy = {"bytes": not utf8}
+    calls = [("noisy", noisy, "n"), ("record", {"order": "o1", "seconds": 1}, "r")]
     model = ScriptedModel(
-        route.calls(*calls), route.text("done"), route.calls(("noisy", {}, "again")), route.text("ok")
+        route.calls(*calls), route.text("done"), route.calls(("noisy", noisy, "again")), route.text("ok")
     )
-    async with gateway(model, MCPTools([sys.executable, RECORDING, str(runs)])) as app:
+    async with gateway(model, MCPTools([sys.executable, RECORDING, str(runs)], timeout=10)) as app:
         assert await ask(route, app) == "done"
         assert await ask(route, app) == "ok"
     got = results(route, model.requests[1])

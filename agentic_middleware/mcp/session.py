@@ -184,7 +184,13 @@ class Session:
                 )
             else:
                 command = [sys.executable if self.server[0] == "python" else self.server[0], *self.server[1:]]
-                transport = stdio_client(StdioServerParameters(command=command[0], args=command[1:]))
+                # Bytes that are not UTF-8 read as U+FFFD: the SDK's strict default ends its stdout reader on the
+                # first one and leaves the session hung (every later call timing out); replaced, such a stray line
+                # fails to parse and is passed over as any other (`_on_message`).
+                parameters = StdioServerParameters(
+                    command=command[0], args=command[1:], encoding_error_handler="replace"
+                )
+                transport = stdio_client(parameters)
             async with asyncio.timeout(self.connect_timeout):
                 client = await stack.enter_async_context(
                     Client(
