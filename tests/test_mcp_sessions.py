@@ -204,6 +204,75 @@ async def test_a_stdio_servers_stray_stdout_line_is_logged_not_a_restart(
     assert "passed over" in caplog.text and "dropped" not in caplog.text
 
 
+class Answers400ToUnknownSessions:
+    """The SDK's server, answering a request for a session it does not know 400 with a JSON-RPC error, as the
+    TypeScript SDK's example servers do (npm `@modelcontextprotocol/server-everything`: "Bad Request: No valid
+    session ID provided") where the spec says 404."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+
+    def streamable_http_app(self) -> ASGIApp:
+        app = self.server.streamable_http_app()
+
+        async def answering(scope: Scope, receive: Receive, send: Send) -> None:
+            gone = False
+
+            async def sending(message: Message) -> None:
+                nonlocal gone
+                if message["type"] == "http.response.start" and message["status"] == 404:
+                    gone = True
+                    body = orjson.dumps(
+                        {"jsonrpc": "2.0", "error": {"code": -32000, "message": "Bad Request: No valid session ID"}}
+                    )
+                    await send({"type": "http.response.start", "status": 400, "headers": [JSON]})
+                    await send({"type": "http.response.body", "body": body})
+                elif not gone:
+                    await send(message)
+
+            await app(scope, receive, sending)
+
+        return answering
+
+
+JSON = (b"content-type", b"application/json")
+
+
+async def test_a_server_that_forgot_the_session_and_answers_400_is_reconnected_and_the_call_not_rerun(
+    tmp_path: Path, tools_class: type[MCPTools]
+) -> None:
+    """After the server restarts, the call sent with the old session's id gets a 400: that call's error (the
+    server may not say why), then a `tools/list` finds the session gone and it is reopened, so later calls are
+    served; the refused call is not run."""
+    route = Route("chat")
+    runs = tmp_path / "runs"
+    server = MCPHTTPServer(lambda: Answers400ToUnknownSessions(recording(str(runs))))
+    await server.start()
+    model = ScriptedModel(
+        default=lambda r: (
+            route.calls(("record", {"order": r.body["messages"][0]["content"], "seconds": 0}))
+            if len(r.body["messages"]) == 1
+            else answer_with_results(route)(r)
+        )
+    )
+    try:
+        async with gateway(model, tools_class(server.url, timeout=10)) as app:
+            assert await _ask(route, app, "o1") == "recorded o1"
+            await server.stop()
+            await server.start()  # a new server on the same port: it knows no session
+            answers = [await _ask(route, app, "o2")]
+            async with asyncio.timeout(20):
+                while answers[-1] != f"recorded o{len(answers) + 1}":
+                    await asyncio.sleep(0.1)
+                    answers.append(await _ask(route, app, f"o{len(answers) + 2}"))
+    finally:
+        await server.stop()
+    failed = answers[:-1]
+    assert len(failed) <= 1  # only the call that found the session forgotten fails
+    assert all("record failed" in answer and "400" in answer for answer in failed)
+    assert [run.split()[0] for run in _runs(runs)] == ["o1", f"o{len(answers) + 1}"]  # never the refused one
+
+
 class Gate:
     """An ASGI wrapper that holds each connection attempt (`initialize`, or the 2026 `server/discover`) of an MCP
     server while `holding`, writing down who was contacted."""

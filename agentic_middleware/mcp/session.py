@@ -286,6 +286,16 @@ class Session:
                 if error.code in (mcp_types.CONNECTION_CLOSED, UNKNOWN):
                     self._check(client)
                     raise CallFailed(OUTCOME_UNKNOWN.format(error.error.message)) from None
+                if attempt.status >= 400:
+                    # An HTTP error status may be the session's, not the call's: a server that forgot the
+                    # session (a restart) and answers 400 where the spec says 404, as the TypeScript SDK's
+                    # example servers do. The call is not made again (the status does not say it ran nowhere);
+                    # whether the session lives is asked, and one that refuses its `tools/list` is reopened.
+                    self._check(client)
+                    said = error.error.message
+                    if str(attempt.status) not in said:
+                        said = f"{said} (HTTP {attempt.status})"
+                    raise CallFailed(said) from None
                 raise CallFailed(error.error.message) from None
             except (httpx2.TransportError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as error:
                 if attempt.may_have_run:

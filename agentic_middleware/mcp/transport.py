@@ -43,6 +43,7 @@ class Attempt:
     sent: bool = False  # handed to the transport: from here on the server may have run it
     refused: bool = False  # the HTTP server answered 404 to the session's id: it ran nothing for it
     received: int = 0  # bytes of the HTTP answer read so far
+    status: int = 0  # the HTTP status the server answered the call's POST with (0: none, or stdio)
 
     @property
     def may_have_run(self) -> bool:
@@ -213,6 +214,8 @@ class CallGuard(httpx2.AsyncBaseTransport):
             return _error(request, 502, call_id, NOT_SENT, f"{type(error).__name__}: {error}")
         except httpx2.TransportError as error:
             return _error(request, 502, call_id, UNKNOWN, f"{type(error).__name__}: {error}")
+        if attempt is not None:
+            attempt.status = response.status_code
         kind = response.headers.get("content-type", "").lower()
         if response.status_code >= 400 and response.status_code != 404 and not kind.startswith("application/json"):
             reason = await _reason(response)
