@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx2
 import pytest
 from mcp.server.mcpserver import Context, MCPServer
 from support import Route
@@ -69,3 +70,34 @@ async def test_forwarded_headers_reach_every_call_of_their_server_whichever_hook
     assert sorted(beta_seen) == sorted((user, user) for user in users)  # each call under its own user's identity
     assert sorted(alpha_seen) == sorted((user, "gateway-alpha") for user in users)  # never a forwarded token
     assert sorted(answers) == sorted(f"alpha saw gateway-alpha | beta saw {user}" for user in users)
+
+
+async def test_a_forwarded_header_sent_twice_goes_as_the_client_sent_it_both_lines_in_order() -> None:
+    """The client's two `x-user-token` lines both reach the MCP server, in order, in place of the static one: the
+    server reads them as it would have read the client's (a gateway that authenticated the first line must not
+    find the MCP server acting on the last). The SDKs send one line per header, so the client here is httpx."""
+    seen: list[list[str]] = []
+    server = MCPServer("lines")
+
+    @server.tool(description="The token lines the call carried.")
+    def tokens(ctx: Context) -> str:
+        request = ctx.request_context.request
+        seen.append(request.headers.getlist(TOKEN) if request is not None else [])
+        return "seen"
+
+    mcp = MCPHTTPServer(lambda: server)
+    await mcp.start()
+    route = Route("chat")
+    model = ScriptedModel(
+        default=lambda r: route.calls(("tokens", {})) if len(r.body["messages"]) == 1 else route.text("done")
+    )
+    hook = MCPTools(mcp.url, headers={TOKEN: "gateway"}, forward_headers=[TOKEN])
+    try:
+        async with gateway(model, hook) as app:
+            client = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://gateway")
+            for lines in ([("x-user-token", "first"), ("X-User-Token", "second")], [], [("x-user-token", "only")]):
+                answer = await client.post(route.path, json=route.request(), headers=lines)
+                assert route.final_text(answer.json()) == "done"
+    finally:
+        await mcp.stop()
+    assert seen == [["first", "second"], ["gateway"], ["only"]]

@@ -79,7 +79,7 @@ class MCPTools(ServerTools):
         self.connect_timeout = max(timeout, MIN_CONNECT_TIMEOUT)
         self.label = server if isinstance(server, str) else " ".join(server)
         self._withheld: tuple[str, ...] = ()  # tool names another hook of the middleware serves (`_refresh`)
-        self._forwarded: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+        self._forwarded: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
             "forwarded", default=None
         )
         self.session = Session(
@@ -233,11 +233,11 @@ class MCPTools(ServerTools):
         """
         if not self.forward_headers:
             return await super().run_tool(tool, arguments, logging_obj, scope, native)
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in scope.get("headers") or ()
             if name.decode("latin-1").lower() in self.forward_headers
-        }
+        ]  # every line, in the client's order: a header sent twice goes twice, as the server would read the client
         token = self._forwarded.set(headers)
         try:
             return await super().run_tool(tool, arguments, logging_obj, scope, native)
@@ -248,7 +248,9 @@ class MCPTools(ServerTools):
         """The SDK sends each call from a task that carries the caller's context, so the call's headers are here."""
         headers = self._forwarded.get()
         if headers:
-            request.headers.update(headers)
+            names = {name.lower() for name, _ in headers}  # the client's lines replace the static ones of the name
+            kept = [(name, value) for name, value in request.headers.multi_items() if name.lower() not in names]
+            request.headers = httpx2.Headers([*kept, *headers])
 
 
 def _who(hook: ServerTools) -> str:
