@@ -8,8 +8,10 @@ import asyncio
 from typing import Any
 
 import httpx2
+import orjson
 import pytest
 from mcp.server.mcpserver import Context, MCPServer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from support import Route
 from test_mcp import MCPHTTPServer, answer_with_results, ask, gateway, route
 
@@ -101,3 +103,67 @@ async def test_a_forwarded_header_sent_twice_goes_as_the_client_sent_it_both_lin
     finally:
         await mcp.stop()
     assert seen == [["first", "second"], ["gateway"], ["only"]]
+
+
+async def test_the_check_after_a_failed_call_carries_no_users_header() -> None:
+    """A call whose connection breaks off is followed by a `tools/list` asking whether the session lives: that
+    request is the gateway's, sent with the static headers only, never with the forwarded header of the user
+    whose call failed (docs/mcp.md: headers go only with calls)."""
+    posts: list[tuple[str, str]] = []  # (method, token) of each POST the server got
+    server = MCPServer("failing")
+
+    @server.tool(description="Broken off by the server's front.")
+    def fails() -> str:
+        return "never"
+
+    inner = server.streamable_http_app()
+
+    async def front(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await inner(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        method = orjson.loads(body).get("method", "") if body else ""
+        token = dict(scope["headers"]).get(TOKEN.encode(), b"none").decode()
+        posts.append((method, token))
+        if method == "tools/call":  # the connection breaks once the answer began: the call's outcome is unknown
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+            )
+            await send({"type": "http.response.body", "body": b": working\n\n", "more_body": True})
+            raise ConnectionAbortedError("the server's front broke off")
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await inner(scope, replay, send)
+
+    class Fronted:
+        def streamable_http_app(self) -> ASGIApp:
+            return front
+
+    mcp = MCPHTTPServer(lambda: Fronted())
+    await mcp.start()
+    route = Route("chat")
+    model = ScriptedModel(route.calls(("fails", {})), route.text("done"))
+    hook = MCPTools(mcp.url, headers={TOKEN: "gateway"}, forward_headers=[TOKEN])
+    try:
+        async with gateway(model, hook) as app:
+            assert await ask(route, app, default_headers={TOKEN: "user-secret"}) == "done"
+            async with asyncio.timeout(10):
+                while [method for method, _ in posts].count("tools/list") < 2:  # the start's list, then the check
+                    await asyncio.sleep(0.02)
+    finally:
+        await mcp.stop()
+    assert ("tools/call", "user-secret") in posts
+    assert [token for method, token in posts if method != "tools/call"] == ["gateway"] * (len(posts) - 1)

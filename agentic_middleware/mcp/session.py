@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -89,7 +90,7 @@ class Session:
             return
         self._events()
         first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._runner = asyncio.create_task(self._keep_open(first), name=f"MCP session {self.label}")
+        self._runner = _detached(self._keep_open(first), name=f"MCP session {self.label}")
         try:
             async with asyncio.timeout(self.connect_timeout):
                 await asyncio.shield(first)
@@ -334,7 +335,7 @@ class Session:
         """Ask whether the session that just failed a call still lives (a `tools/list`, which every tool server
         answers in both protocols, where `ping` is gone from the 2026 one); reopen it if not."""
         if self._client is client and (self._checking is None or self._checking.done()):
-            self._checking = asyncio.ensure_future(self._alive(client))
+            self._checking = _detached(self._alive(client), name=f"MCP session {self.label}: check")
 
     async def _alive(self, client: Client) -> None:
         try:
@@ -356,6 +357,13 @@ class Session:
             if not calling.done():
                 await cancel_and_wait(calling)
         return None if calling.cancelled() else calling.result()
+
+
+def _detached(work: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
+    """A task of the session's own, in a context of its own: not the context of the request that happened to set
+    it off (a call that failed, the first request of a server without lifespan), whose forwarded headers the HTTP
+    client's request hook would otherwise send with the session's own requests (its `tools/list`, `initialize`)."""
+    return asyncio.get_running_loop().create_task(work, name=name, context=contextvars.Context())
 
 
 def reason(error: BaseException) -> str:
