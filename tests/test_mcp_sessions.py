@@ -20,7 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_recording_server import build as recording
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from support import Route
-from test_mcp import MCPHTTPServer, answer_with_results, ask, gateway, results, tools_class
+from test_mcp import HandshakeMCPTools, MCPHTTPServer, answer_with_results, ask, gateway, results, tools_class
 
 from agentic_middleware import ConfigurationError, load_config
 from agentic_middleware.mcp import MCPTools
@@ -202,6 +202,37 @@ async def test_a_stdio_servers_stray_stdout_line_is_logged_not_a_restart(
     assert got["n"] == (f"noisy pid={pid}", False)
     assert results(route, model.requests[3])["again"] == (f"noisy pid={pid}", False)  # the same process
     assert "passed over" in caplog.text and "dropped" not in caplog.text
+
+
+async def test_calls_in_flight_when_the_server_forgot_the_session_each_read_their_own_404_and_run_once(
+    tmp_path: Path,
+) -> None:
+    """Eight calls at once after the server restarted (the handshake protocol, whose sessions have ids): each is
+    answered 404 to the old session's id, and the first 404 drops the session; the others are not cut under it
+    (they would read "outcome unknown" for calls that ran nowhere), so every call is sent again on the new
+    session and runs once."""
+    route = Route("chat")
+    runs = tmp_path / "runs"
+    server = MCPHTTPServer(lambda: recording(str(runs)))
+    await server.start()
+    model = ScriptedModel(
+        default=lambda r: (
+            route.calls(("record", {"order": r.body["messages"][0]["content"], "seconds": 0.5}))
+            if len(r.body["messages"]) == 1
+            else answer_with_results(route)(r)
+        )
+    )
+    orders = [f"c{n}" for n in range(8)]
+    try:
+        async with gateway(model, HandshakeMCPTools(server.url, timeout=20)) as app:
+            assert await _ask(route, app, "warm") == "recorded warm"
+            await server.stop()
+            await server.start()  # a new server on the same port: it knows no session
+            answers = await asyncio.gather(*(_ask(route, app, order) for order in orders))
+    finally:
+        await server.stop()
+    assert answers == [f"recorded {order}" for order in orders]
+    assert sorted(run.split()[0] for run in _runs(runs)) == sorted(["warm", *orders])
 
 
 class Answers400ToUnknownSessions:

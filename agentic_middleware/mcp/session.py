@@ -78,6 +78,9 @@ class Session:
         """Fresh events for each start: an event belongs to the loop that first waits on it."""
         self._connected = asyncio.Event()  # a session is open
         self._dropped = asyncio.Event()  # the open session failed: reopen it
+        self._cut = asyncio.Event()  # ... and can answer no more: the calls in flight on it end at once
+        self._in_flight = 0  # calls waiting for their answer on the open session
+        self._answered = asyncio.Event()  # set whenever none is
         self._wake = asyncio.Event()  # a call is waiting: reconnect now rather than after the backoff
         self._outcome: asyncio.Future[bool] | None = None  # how the next connection attempt ends
         self._closing = False
@@ -109,7 +112,7 @@ class Session:
         await cancel_and_wait(self._checking)
         if runner is not None:
             self._closing = True
-            self._dropped.set()
+            self._end()
             self._wake.set()
             if not self._connected.is_set():
                 await cancel_and_wait(runner)
@@ -131,6 +134,7 @@ class Session:
                     await self._refresh(client)
                     self._client = client
                     self._dropped.clear()
+                    self._cut.clear()
                     self._connected.set()
                     self._settle(attempt, True)
                     self._settle(self._outcome, True)
@@ -140,6 +144,7 @@ class Session:
                         logger.warning("MCP server %s: reconnected", self.label)
                     delay = FIRST_RETRY
                     await self._serve(client)
+                    await self._answers_in_flight()
                     if self._closing:
                         return
                     logger.warning("MCP server %s: the session dropped; reconnecting", self.label)
@@ -195,7 +200,7 @@ class Session:
             async with asyncio.timeout(self.connect_timeout):
                 client = await stack.enter_async_context(
                     Client(
-                        marking(transport, self._dropped.set, http=isinstance(self.server, str)),
+                        marking(transport, self._end, http=isinstance(self.server, str)),
                         mode=self.mode,
                         message_handler=self._on_message,
                         cache=None,
@@ -224,7 +229,7 @@ class Session:
                 await self._refresh(client)
         except Exception as error:
             logger.debug("MCP server %s: change stream lost: %r", self.label, error)
-        self._dropped.set()
+        self._end()
 
     async def _on_message(self, message: Any) -> None:
         """Notifications of an older server: a changed tool list. What the transport could not read (a stdio
@@ -275,12 +280,16 @@ class Session:
                     continue
             attempt = Attempt()
             token = sent_to.set(attempt)  # the transport marks on it what became of the call
+            self._in_flight += 1
+            self._answered.clear()
             try:
                 result: mcp_types.CallToolResult | None = await self._unless_dropped(client.call_tool(tool, arguments))
             except MCPError as error:
                 if error.code == NOT_SENT or not attempt.may_have_run:
                     failure = error.error.message
-                    self._drop(client)  # the session is gone: reopen it, and send the call on the new one
+                    # The session is gone: reopen it, and send the call on the new one. A 404 to the session's
+                    # id cuts no other call: each in flight reads its own answer (its own 404, or its result).
+                    self._drop(client, cut=not attempt.refused)
                     continue
                 if error.code == TOO_LARGE or attempt.received > self.max_result_bytes:
                     raise CallFailed(self._too_large()) from None
@@ -307,6 +316,9 @@ class Session:
                 continue
             finally:
                 sent_to.reset(token)
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._answered.set()
             if result is None:  # the session was seen to drop first
                 if attempt.may_have_run:
                     raise CallFailed(OUTCOME_UNKNOWN.format("the session dropped"))
@@ -324,9 +336,26 @@ class Session:
     def _size(result: mcp_types.CallToolResult) -> int:
         return len(result.model_dump_json(by_alias=True, exclude_none=True))
 
-    def _drop(self, client: Client) -> None:
+    def _end(self) -> None:
+        """The session can answer no more (its transport ended, its change stream was lost, it is closing)."""
+        self._cut.set()
+        self._dropped.set()
+
+    async def _answers_in_flight(self) -> None:
+        """Before a dropped session is closed, let the calls in flight on it read their answers, unless it was cut
+        (then they end at once): after a 404 to the session's id, each call sent with it gets its own answer, its
+        own 404 (then it ran nowhere and is sent again) or its result, where closing the session under them would
+        leave the model reading that their outcome is unknown."""
+        if self._in_flight and not self._cut.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.timeout):
+                    await self._answered.wait()
+
+    def _drop(self, client: Client, *, cut: bool = True) -> None:
         """The session `client` belongs to is gone: reopen it (calls arriving meanwhile wait for that)."""
         if self._client is client:
+            if cut:
+                self._cut.set()
             self._dropped.set()
             self._client = None
             self._connected.clear()
@@ -347,9 +376,9 @@ class Session:
                 self._drop(client)
 
     async def _unless_dropped(self, call: Coroutine[Any, Any, Any]) -> Any:
-        """The call's result, or None when the session drops first (over HTTP the SDK would wait on)."""
+        """The call's result, or None when the session is cut first (over HTTP the SDK would wait on)."""
         calling = asyncio.ensure_future(call)
-        dropped = asyncio.ensure_future(self._dropped.wait())
+        dropped = asyncio.ensure_future(self._cut.wait())
         try:
             await asyncio.wait((calling, dropped), return_when=asyncio.FIRST_COMPLETED)
         finally:
