@@ -199,8 +199,10 @@ class AskingHooks:
     async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
         fingerprint = None
+        shown = _Shown(answer, response)
         for hook in self.hooks:
             kwargs = self.hook_kwargs()
+            response = shown.next(self.has_gate(hook))
             claim = await self.ask_gate(hook, response, kwargs)
             if claim is None:
                 continue
@@ -210,13 +212,13 @@ class AskingHooks:
                 # disconnect already waiting in `receive`) ends the loop here, before any plan or rerun.
                 await asyncio.sleep(0)
             self.round.tools = [str(self.surface.call_name(call)) for call in _claimed_calls(claim)]
-            if fingerprint is None:
-                fingerprint = self.surface.fingerprint(response)
+            if fingerprint is None:  # the calls the model made, not what a gate left of them in `response`
+                fingerprint = self.surface.fingerprint(shown.as_sent())
             refusal = self.refusal(fingerprint)
             if refusal is not None:
                 self.finish(refusal, hook)
-                claims = claims_of([claim, *await self.other_claims(hook, response)])
-                sent = answer.as_sent()  # what a gate changed in `response` is not sent, nor closed on
+                claims = claims_of([claim, *await self.other_claims(hook, shown)])
+                sent = shown.as_sent()  # what a gate changed in `response` is not sent, nor closed on
                 # A limit of 0 (set after the first call) allows no other model call: the claimed calls are removed.
                 if self.settings.closing == "call" and not self.closed and self.limit:
                     self.closed = True
@@ -252,6 +254,8 @@ class AskingHooks:
             if plan.run_agentic_loop:
                 self.seen.add(fingerprint)
                 return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
+        if shown.shown and self.executed:  # the post hooks get the final answer as the app sent it, too
+            return Answer(answer.start, answer.raw, shown.next(False), answer.rewritten)
         return answer
 
     async def ask_gate(self, hook: BoundHook, response: JSONObject, kwargs: dict[str, Any]) -> Any:
@@ -277,9 +281,16 @@ class AskingHooks:
                 return {} if claim is None else claim
         return None
 
-    async def other_claims(self, refused: BoundHook, response: JSONObject) -> list[Any]:
+    def has_gate(self, hook: BoundHook) -> bool:
+        return any(hook.methods[gate] is not None for gate in self.surface.gates)
+
+    async def other_claims(self, refused: BoundHook, shown: _Shown) -> list[Any]:
         """What the other hooks' gates claim, so that a refused round removes every server call."""
-        asked = [await self.ask_gate(hook, response, self.hook_kwargs()) for hook in self.hooks if hook is not refused]
+        asked = [
+            await self.ask_gate(hook, shown.next(self.has_gate(hook)), self.hook_kwargs())
+            for hook in self.hooks
+            if hook is not refused
+        ]
         return [claim for claim in asked if claim is not None]
 
     def refusal(self, fingerprint: tuple[tuple[str, bytes], ...]) -> str | None:
@@ -415,3 +426,40 @@ class AskingHooks:
             raise HookError(hook.name, method, f"timed out after hook_timeout={timeout:g} s") from None
         finally:
             self.round.hook_seconds += perf_counter() - started
+
+
+class _Shown:
+    """The answer as each gate of a round is shown it: the app's answer as it sent it, whatever an earlier gate
+    changed in its own `response` (in place, as LiteLLM's hooks may). A gate that emptied or edited the answer it
+    was shown, then declined, would otherwise hide the model's calls from the hooks after it, and the client would
+    get a server tool's call. The first gate gets the round's parse; a later one a fresh parse of the bytes, made
+    only once a gate has been shown the answer."""
+
+    __slots__ = ("_answer", "_next", "_sent", "shown")
+
+    def __init__(self, answer: Answer, response: JSONObject) -> None:
+        self._answer = answer
+        self._next: JSONObject | None = response
+        self._sent: Any = None
+        self.shown = False  # whether a gate was shown the answer
+
+    def next(self, asked: bool) -> JSONObject:
+        """The response for the next hook; `asked`: whether that hook has a gate that will be shown it."""
+        if self._next is None:
+            self._next = _parsed(self._answer)
+        response = self._next
+        if asked:
+            self._next = None  # shown: the next gate gets its own
+            self.shown = True
+        return response
+
+    def as_sent(self) -> Any:
+        """The answer as the app sent it (parsed once per round, for the fingerprint and the refused round)."""
+        if self._sent is None:
+            self._sent = self._answer.as_sent()
+        return self._sent
+
+
+def _parsed(answer: Answer) -> JSONObject:
+    sent = answer.as_sent()
+    return sent if type(sent) is JSONObject else wrap(dict(sent))

@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -74,9 +75,10 @@ class ServerTool:
             if isinstance(result, ToolResult):  # its content too: a tool may build one from any value
                 return result._replace(content=text_of(result.content))
             return ToolResult(text_of(result))
-        except ValueError as error:  # a value no JSON can hold, such as a dict that contains itself
-            logger.warning("server tool %s returned a result that is not JSON: %s", self.name, error)
-            return ToolResult(f"{self.name} failed: its result cannot be written as JSON ({error})", True)
+        except Exception as error:  # a value no JSON can hold (a dict that contains itself), or a `str` that raised
+            why = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+            logger.warning("server tool %s returned a result that is not JSON: %s", self.name, why)
+            return ToolResult(f"{self.name} failed: its result cannot be written as JSON ({why})", True)
 
 
 def text_of(result: Any) -> str:
@@ -90,9 +92,14 @@ def text_of(result: Any) -> str:
     if isinstance(result, str):
         return result if _utf8(result) else _replace_surrogates(result)
     try:
-        return orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        text = orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, deep nesting, a cycle, a lone surrogate
         pass
+    else:
+        # orjson writes NaN and the infinities as null, which would tell the model a value is missing: Python's
+        # json writes them as NaN and Infinity. Only a result whose JSON holds a null can hold one.
+        if "null" not in text or not _has_non_finite(result):
+            return text
     try:
         text = json.dumps(result, default=str, ensure_ascii=False, separators=(",", ":"))
     except RecursionError:
@@ -100,6 +107,22 @@ def text_of(result: Any) -> str:
     except TypeError as error:  # keys json cannot write either (a tuple)
         raise ValueError(str(error)) from None
     return text if _utf8(text) else _replace_surrogates(text)
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a value orjson could write holds a float NaN or infinity (in its dicts, lists and tuples)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
 
 
 def _utf8(text: str) -> bool:

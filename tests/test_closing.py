@@ -16,7 +16,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from starlette.responses import StreamingResponse
 from support import Route, post
 
-from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool, sse
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, CustomLogger, ServerTools, server_tool, sse
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, function_call, message, response
 
 CLOSING = "Here is what I found so far."
@@ -370,3 +370,57 @@ async def test_a_limit_of_0_from_a_plan_ends_without_a_closing_call() -> None:
     assert len(model.requests) == 2  # the first call and the plan's rerun
     body = response.json()
     assert route.tool_names(body) == [] and route.final_text(body) == "Ended."
+
+
+class Emptying(CustomLogger):
+    """A gate that empties the answer it was shown, in place, and declines: LiteLLM lets hooks edit `response`."""
+
+    async def async_should_run_agentic_loop(self, response: Any, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+        for key in ("content", "choices", "output"):
+            if key in response:
+                response[key].clear()
+        return False, {}
+
+
+async def test_a_gate_that_empties_its_answer_and_declines_hides_no_call_from_the_hooks_after_it(
+    route: Route,
+) -> None:
+    """Each gate is shown the answer as the app sent it: the server's call is still claimed, and never reaches the
+    client, however an earlier gate left its own `response`; the post hooks get the answer as sent too."""
+    model = eager(route)
+    app = AgenticLoopMiddleware(model, hooks=[Emptying(), ServerTools([lookup])], max_agentic_loops=1)
+    question: Any = [{"role": "user", "content": "go"}]
+    if route.name == "messages":
+        reply = await anthropic_client(app).messages.create(model="m", max_tokens=10, messages=question)
+        assert [block.type for block in reply.content] == ["text"]
+        text = reply.content[0].text  # type: ignore[union-attr]
+    else:
+        completion = await openai_client(app).chat.completions.create(model="m", messages=question)
+        assert completion.choices[0].message.tool_calls is None
+        text = completion.choices[0].message.content or ""
+
+    assert text == CLOSING
+    assert [tools_off(request) for request in model.requests] == [False, False, True]
+
+
+class Rewriting(ServerTools):
+    """Claims its calls, then rewrites their input in place in the answer it was shown (always to the same)."""
+
+    async def async_should_run_agentic_loop(self, response: Any, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+        claim = await super().async_should_run_agentic_loop(response, **arguments)
+        for block in response.get("content") or []:
+            if block.get("type") == "tool_use":
+                block["input"]["n"] = 99
+        for call in (response.get("choices") or [{}])[0].get("message", {}).get("tool_calls") or []:
+            call["function"]["arguments"] = '{"n": 99}'
+        return claim
+
+
+async def test_repeated_calls_are_the_models_not_what_a_gate_left_in_its_response(route: Route) -> None:
+    model = eager(route)  # a new input each round
+    app = AgenticLoopMiddleware(model, hooks=[Rewriting([lookup])], max_agentic_loops=3)
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+
+    assert response.headers["x-agentic-loop-ended-by"] == "limit"  # not repeated_tool_calls after one rerun
+    assert len(model.requests) == 5

@@ -280,10 +280,24 @@ def odd(kind: str) -> Any:
         looped: dict[str, Any] = {"name": "loop"}
         looped["self"] = looped
         return looped
-    return {"big": {"n": 2**70}, "keys": {1: "a"}, "surrogate": "a\ud800b"}[kind]
+    if kind == "unwritable":
+        return {"value": Unwritable()}
+    return {
+        "big": {"n": 2**70},
+        "keys": {1: "a"},
+        "surrogate": "a\ud800b",
+        "non_finite": {"ratio": float("inf"), "mean": float("nan"), "none": None},
+    }[kind]
 
 
-ODD_KINDS = ["big", "keys", "cycle", "surrogate"]
+class Unwritable:
+    """An object whose `str` raises: its tool's result cannot be written at all."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this object")
+
+
+ODD_KINDS = ["big", "keys", "cycle", "surrogate", "non_finite", "unwritable"]
 
 
 def odd_results(wire: str, body: dict[str, Any]) -> list[str]:
@@ -349,8 +363,10 @@ async def test_results_strict_json_cannot_hold_reach_the_model_as_text_never_a_f
         text = (await openai_client(app).responses.create(model="m", input="go")).output_text
 
     assert text == "ok"
-    big, keys, cycle, surrogate = odd_results(wire, model.requests[1].body)
+    big, keys, cycle, surrogate, non_finite, unwritable = odd_results(wire, model.requests[1].body)
     assert big.endswith('{"n":1180591620717411303424}')  # exact, as Python's json writes it
     assert keys.endswith('{"1":"a"}')
     assert "odd failed: its result cannot be written as JSON (Circular reference detected)" in cycle
     assert surrogate.endswith("a\ufffdb")
+    assert non_finite.endswith('{"ratio":Infinity,"mean":NaN,"none":null}')  # as Python's json writes them, not null
+    assert "odd failed: its result cannot be written as JSON (RuntimeError: no text for this object)" in unwritable
