@@ -125,15 +125,20 @@ class ShownIds:
 
     def _held(self, data: bytes) -> int:
         """Where the part of `data` that could begin a hidden id (or end with a whole one, whose next byte tells
-        whether it is a whole word) starts; `len(data)` when none could."""
+        whether it is a whole word) starts; `len(data)` when none could. Only the last bytes, as many as the
+        longest id has, are looked at, and only where an id's first byte is."""
         if not self.hidden:
             return len(data)
-        longest = max(map(len, self.hidden))
-        for at in range(max(0, len(data) - longest), len(data)):
-            rest = data[at:]
-            if any(internal.startswith(rest) for internal in self.hidden):
-                return at
-        return len(data)
+        held = len(data)
+        begin = max(0, held - max(map(len, self.hidden)))
+        for first in {internal[:1] for internal in self.hidden}:
+            at = data.find(first, begin, held)
+            while at != -1:
+                if any(internal.startswith(data[at:]) for internal in self.hidden):
+                    held = at
+                    break
+                at = data.find(first, at + 1, held)
+        return held
 
 
 def body_after(tail: bytes) -> int | None:

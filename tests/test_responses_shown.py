@@ -101,30 +101,35 @@ async def test_an_internal_id_after_an_escape_or_an_encoded_quote_is_hidden(writ
     assert raised.value.response.headers["link"] == f"</v1/responses?id=%22{shown}%22>"
 
 
-def chunked(text: str, media_type: str | None) -> Answer:
-    """The answer in chunks of 3 bytes, so that every id is cut across two, as a proxy relaying raw chunks sends it
-    (`StreamingResponse(upstream.aiter_raw())`, often without a content-type)."""
+def chunked(text: str, media_type: str | None, size: int) -> Answer:
+    """The answer in chunks of `size` bytes, so that ids are cut across two, as a proxy relaying raw chunks sends
+    it (`StreamingResponse(upstream.aiter_raw())`, often without a content-type)."""
 
     def answer(internal: str) -> Response:
         body = text.replace("ID", internal).encode()
 
         async def pieces() -> AsyncIterator[bytes]:
-            for at in range(0, len(body), 3):
-                yield body[at : at + 3]
+            for at in range(0, len(body), size):
+                yield body[at : at + size]
 
         return StreamingResponse(pieces(), 404, media_type=media_type, headers={"content-length": str(len(body))})
 
     return answer
 
 
+TEXT = '{"error": {"message": "No response ID here; IDX is another id."}, "id": "ID"}'
+
+
+@pytest.mark.parametrize("size", [1, 3, 7])
 @pytest.mark.parametrize("media_type", [None, "text/plain", "application/json"])
-async def test_an_internal_id_cut_across_chunks_of_any_answer_is_hidden(media_type: str | None) -> None:
-    _, client, shown, _, _ = await chained(chunked('{"error": {"message": "No response ID here."}}', media_type))
+async def test_an_internal_id_cut_across_chunks_of_any_answer_is_hidden(media_type: str | None, size: int) -> None:
+    _, client, shown, internal, _ = await chained(chunked(TEXT, media_type, size))
 
     with pytest.raises(openai.NotFoundError) as raised:
         await client.responses.create(model="m", input="?", previous_response_id=shown)
 
-    assert raised.value.response.text == f'{{"error": {{"message": "No response {shown} here."}}}}'
+    expected = TEXT.replace("IDX", f"{internal}X").replace("ID", shown)  # a longer id is another id: kept
+    assert raised.value.response.text == expected
 
 
 async def test_an_answer_over_max_body_bytes_is_searched_as_it_goes_not_held_whole() -> None:
