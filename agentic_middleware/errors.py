@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -75,8 +76,25 @@ class RequestRefused(LoopError):
         super().__init__(message)
         self.summary = message
         self.status = status
+        self.code = refusal_code(status)
         self.headers = list(headers)
         self.param = param
+
+
+def refusal_code(status: int) -> str:
+    """The error code of a refusal with this status, so that a 403 or a 429 does not claim to be a bad request:
+    `invalid_request` for 400 and 422, `request_too_large` for 413 (as the middleware's own), OpenAI's
+    `rate_limit_exceeded` for 429, else the status's HTTP name (`unauthorized`, `forbidden`, `not_found`,
+    `service_unavailable`...)."""
+    if status in _REFUSAL_CODES:
+        return _REFUSAL_CODES[status]
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "invalid_request" if status < 500 else "refused"
+
+
+_REFUSAL_CODES = {400: "invalid_request", 413: "request_too_large", 422: "invalid_request", 429: "rate_limit_exceeded"}
 
 
 class ModelAppError(LoopError):
