@@ -62,6 +62,9 @@ class GuardrailView:
         self.texts: list[str] = [holder[key] for holder, key in self.slots]
         self.tool_calls: list[Any] = [_as_tool_call(call, api_surface) for call in _calls(request_data, api_surface)]
         self.images: list[str] = list(_images(request_data, api_surface, skip_tool))
+        # What it was given, kept apart: a guardrail may edit the lists it gets in place and return them.
+        self.given_texts = list(self.texts)
+        self.given_calls = copy.deepcopy(self.tool_calls)
         self.all_messages: list[Any] = self._all_messages()
         self.in_scope = [index for index, item in enumerate(self.all_messages) if self._in_scope(item)]
         self.messages: list[Any] = (
@@ -138,8 +141,8 @@ class GuardrailView:
 
     def write_tool_calls(self, returned: list[Any]) -> str | None:
         """The tool calls a guardrail returned, each where it came from (on copies); a problem, else None."""
-        if len(returned) != len(self.tool_calls):
-            return f"returned {len(returned)} tool calls for the {len(self.tool_calls)} it was given"
+        if len(returned) != len(self.given_calls):
+            return f"returned {len(returned)} tool calls for the {len(self.given_calls)} it was given"
         data = self.request_data
         if isinstance(data.get("messages"), list):
             data["messages"] = copy.deepcopy(data["messages"])

@@ -225,20 +225,23 @@ async def _guardrail(
     if not isinstance(result, dict):
         raise HookError(hook.name, GUARDRAIL, f"returned {type(result).__name__}, not the guardrail inputs")
     returned_messages = result.get("structured_messages")
-    returned_texts = result.get("texts")
-    returned_calls = result.get("tool_calls")
+    # Lists left out of what it returns are the ones it was given, which it may have edited in place (as LiteLLM's
+    # proxy, which gives a guardrail the request's own tool calls, applies such edits).
+    returned_texts = result.get("texts", view.texts)
+    returned_calls = result.get("tool_calls", view.tool_calls)
     if isinstance(returned_messages, list) and returned_messages is not view.messages:
         view.write_messages(returned_messages)
     else:
-        if isinstance(returned_texts, list) and returned_texts != view.texts:
-            if len(returned_texts) != len(view.texts) or not all(isinstance(text, str) for text in returned_texts):
+        if isinstance(returned_texts, list) and returned_texts != view.given_texts:  # edited in place or anew
+            given = len(view.given_texts)
+            if len(returned_texts) != given or not all(isinstance(text, str) for text in returned_texts):
                 raise HookError(
-                    hook.name, GUARDRAIL, f"returned {len(returned_texts)} texts for the {len(view.texts)} it was given"
+                    hook.name, GUARDRAIL, f"returned {len(returned_texts)} texts for the {given} it was given"
                 )
             view.write_texts(returned_texts)
         else:
             view.write_system_edit()
-        if isinstance(returned_calls, list) and returned_calls != view.tool_calls:
+        if isinstance(returned_calls, list) and returned_calls != view.given_calls:
             problem = view.write_tool_calls(returned_calls)
             if problem is not None:
                 raise HookError(hook.name, GUARDRAIL, problem)

@@ -258,3 +258,35 @@ async def test_images_come_to_the_guardrail_as_litellms_proxy_gives_them() -> No
         ["https://example.com/a.png"],
         ["https://example.com/b.png"],
     ]
+
+
+class InPlace(CustomGuardrail):
+    """Masks WORD by editing the lists it is given in place; returns them, or only a dict of its texts."""
+
+    def __init__(self, returns: str) -> None:
+        super().__init__(guardrail_name="in-place", event_hook="pre_call", default_on=True)
+        self.returns = returns
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        texts = inputs["texts"]
+        for index, text in enumerate(texts):
+            texts[index] = text.replace(WORD, "masked")
+        for call in inputs.get("tool_calls") or ():
+            call["function"]["arguments"] = call["function"]["arguments"].replace(WORD, "masked")
+        return inputs if self.returns == "inputs" else {"texts": texts}
+
+
+@pytest.mark.parametrize("returns", ["inputs", "a dict of its texts"])
+async def test_edits_a_guardrail_makes_in_place_reach_the_app(returns: str) -> None:
+    model = ScriptedModel(message("ok"), chat_completion("ok"), response("ok"))
+    app = AgenticLoopMiddleware(model, hooks=[InPlace(returns)])
+    await anthropic_client(app).messages.create(
+        model="c", max_tokens=9, system=SAID, messages=messages_of("tool_use input")
+    )
+    await openai_client(app).chat.completions.create(
+        model="g", messages=[*chat_of("tool_calls arguments"), {"role": "user", "content": SAID}]
+    )
+    await openai_client(app).responses.create(model="g", instructions=SAID, input=SAID)
+
+    assert len(model.requests) == 3
+    assert WORD not in orjson.dumps([request.body for request in model.requests]).decode()
