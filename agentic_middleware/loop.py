@@ -36,7 +36,7 @@ from .observe import (
     sum_usage,
 )
 from .payload import JSONObject, parse_object
-from .precall import has_pre_call, is_guardrail
+from .precall import has_pre_call, idle_guardrail, is_guardrail
 from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
@@ -68,6 +68,14 @@ class LoopSetup:
         self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
         self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle
         self.guardrail_hooks = [hook for hook in hooks if is_guardrail(hook)]  # they judge every request
+        for hook in hooks:
+            if (event := idle_guardrail(hook)) is not None:
+                logger.warning(
+                    "guardrail %s has event_hook %r: only pre_call and during_call guardrails judge requests here, "
+                    "so it will never act",
+                    hook.name,
+                    event,
+                )
         self.internal_headers = settings.header_templates()
         self.settings = settings
         self.observer = observer

@@ -17,6 +17,7 @@ LiteLLM is not imported: its call types are plain strings, which compare equal t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,13 +57,42 @@ def is_guardrail(hook: BoundHook) -> bool:
 
 
 def _wants_pre_call(event_hook: Any) -> bool:
-    """LiteLLM's `event_hook`: None (every event), one event, or a list; a tag-based `Mode` counts as yes."""
+    """LiteLLM's `event_hook`: None (every event), one event, or a list; a tag-based `Mode` counts as yes.
+
+    `during_call` counts as `pre_call`: LiteLLM runs such a guardrail on the request while the model is called, and
+    its refusal replaces the answer; here it judges the same request before the call, so its verdict holds (the
+    model is not even called). Left out it would never run, and the request it should block would pass."""
     if event_hook is None:
         return True
     if isinstance(event_hook, list | tuple):
-        return any(_event_name(item) == "pre_call" for item in event_hook)
+        return any(_event_name(item) in _REQUEST_EVENTS for item in event_hook)
     name = _event_name(event_hook)
-    return name == "pre_call" if isinstance(name, str) else True
+    return name in _REQUEST_EVENTS if isinstance(name, str) else True
+
+
+# LiteLLM's events on which a guardrail judges the client's request.
+_REQUEST_EVENTS = ("pre_call", "during_call")
+
+
+def judges_only(hook: BoundHook) -> bool:
+    """A `during_call` guardrail (not also `pre_call`): LiteLLM runs it beside the model call, so it may refuse the
+    request but what it changes never reaches the model; here its changes are made to a copy."""
+    event_hook = getattr(hook.hook, "event_hook", None)
+    events = event_hook if isinstance(event_hook, list | tuple) else [event_hook]
+    names = [_event_name(event) for event in events]
+    return "during_call" in names and "pre_call" not in names
+
+
+def _copy_of(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with the request fields a guardrail may change copied, so that nothing it does reaches the request."""
+    return {**kwargs, **{name: copy.deepcopy(kwargs[name]) for name in BODY_FIELDS if name in kwargs}}
+
+
+def idle_guardrail(hook: BoundHook) -> Any:
+    """The `event_hook` of a guardrail that never judges a request here (`post_call`, `logging_only`...), else None."""
+    if hook.methods[GUARDRAIL] is None or is_guardrail(hook):
+        return None
+    return getattr(hook.hook, "event_hook", None)
 
 
 def _event_name(event: Any) -> Any:
@@ -140,7 +170,9 @@ async def run_pre_call(
         kwargs["stream_options"] = stream_options
     call_type = CALL_TYPES.get(api_surface)
     for hook in hooks:
-        if is_guardrail(hook):
+        if is_guardrail(hook) and judges_only(hook):  # its verdict holds, its edits do not (as in LiteLLM)
+            await _guardrail(hook, _copy_of(kwargs), api_surface, logging_obj, call)
+        elif is_guardrail(hook):
             await _guardrail(hook, kwargs, api_surface, logging_obj, call)
     if guardrails_only:
         return _applied(body, kwargs, stream)

@@ -290,3 +290,38 @@ async def test_edits_a_guardrail_makes_in_place_reach_the_app(returns: str) -> N
 
     assert len(model.requests) == 3
     assert WORD not in orjson.dumps([request.body for request in model.requests]).decode()
+
+
+class DuringCall(Masking):
+    """A masking guardrail that also blocks, mounted as LiteLLM's `during_call` (beside the model call)."""
+
+    def __init__(self) -> None:
+        CustomGuardrail.__init__(self, guardrail_name="during", event_hook="during_call", default_on=True)
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        if any("forbidden" in text for text in inputs["texts"]):
+            raise HTTPException(status_code=400, detail="blocked during the call")
+        return await super().apply_guardrail(inputs, request_data, input_type, logging_obj)
+
+
+async def test_a_during_call_guardrail_judges_the_request_and_its_edits_stay_its_own() -> None:
+    model = ScriptedModel(chat_completion("ok"))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[DuringCall()]))
+    with pytest.raises(openai.BadRequestError, match="blocked during the call"):
+        await client.chat.completions.create(model="g", messages=[{"role": "user", "content": "forbidden"}])
+    assert model.requests == []
+
+    await client.chat.completions.create(model="g", messages=[{"role": "user", "content": SAID}])
+    assert model.requests[0].body["messages"] == [{"role": "user", "content": SAID}]  # as in LiteLLM: not edited
+
+
+async def test_a_guardrail_that_never_judges_a_request_here_is_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    class PostCall(WordBlock):
+        def __init__(self) -> None:
+            CustomGuardrail.__init__(self, guardrail_name="post", event_hook="post_call", default_on=True)
+
+    AgenticLoopMiddleware(ScriptedModel(), hooks=[PostCall()])
+    assert any(
+        "event_hook 'post_call'" in record.getMessage() and "never act" in record.getMessage()
+        for record in caplog.records
+    )
