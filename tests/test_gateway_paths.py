@@ -236,6 +236,11 @@ def test_flags_and_variables_build_the_upstreams(monkeypatch: pytest.MonkeyPatch
             {"AGENTIC_UPSTREAM_API_KEY": "k"},
             "set AGENTIC_GATEWAY_API_KEYS",
         ),
+        (
+            ["--upstream", "http://a.test", "--host", "0.0.0.0"],
+            {"AGENTIC_UPSTREAM_API_KEY": "k", "AGENTIC_GATEWAY_API_KEYS": " , "},
+            "AGENTIC_GATEWAY_API_KEYS is set but holds no key",
+        ),
         (["--config", "/no/such.yaml"], {}, "cannot read config /no/such.yaml"),
     ],
 )
@@ -254,10 +259,14 @@ def test_a_bad_start_stops_with_one_line(
 
 
 def test_bad_numbers_are_flag_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cli, "_serve", lambda args: pytest.fail("served"))
     monkeypatch.setenv("AGENTIC_WORKERS", "0")
     with pytest.raises(SystemExit) as stopped:
         cli.main([])
     assert stopped.value.code == 2 and "--workers: must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:  # not uvicorn's traceback at bind time
+        cli.main(["--workers", "1", "--port", "99999"])
+    assert stopped.value.code == 2 and "--port: must be at most 65535" in capsys.readouterr().err
 
 
 async def test_gateway_keys_are_required_when_set_and_health_stays_open(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,12 @@ OPEN_PATHS = frozenset({"/health"})
 
 
 def gateway_keys(value: str | None) -> tuple[bytes, ...]:
-    """The comma-separated keys of `AGENTIC_GATEWAY_API_KEYS`, blanks dropped."""
-    return tuple(key.strip().encode() for key in (value or "").split(",") if key.strip())
+    """The comma-separated keys of `AGENTIC_GATEWAY_API_KEYS`, blanks dropped. A value that is set but holds no key
+    (`" , "`) is a ValueError, not "no keys": the operator meant to require keys, so the gateway must not open."""
+    keys = tuple(key.strip().encode() for key in (value or "").split(",") if key.strip())
+    if value and not keys:
+        raise ValueError(f"AGENTIC_GATEWAY_API_KEYS is set but holds no key: {value!r}")
+    return keys
 
 
 class RequireKey:

@@ -22,13 +22,14 @@ from typing import Any
 from ..config import load_config
 from ..errors import ConfigurationError
 from . import environment as env
+from .access import gateway_keys
 from .app import DEMO_CONFIG
 from .metrics import MULTIPROCESS_VARIABLE
 
 PROG = "agentic-gateway"
 
 
-def _number(least: int) -> Callable[[str], int]:
+def _number(least: int, most: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -36,6 +37,8 @@ def _number(least: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
         if value < least:
             raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}, got {value}")
         return value
 
     return parse
@@ -80,7 +83,7 @@ def parser() -> argparse.ArgumentParser:
     )
     add(
         "--port",
-        type=_number(0),
+        type=_number(0, 65535),
         default=variables.get(env.PORT, "8000"),
         help=f"port (default %(default)s; 0: any free one) [{env.PORT}]",
     )
@@ -136,10 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if config is not None:
             load_config(config)  # a mistake in the config stops the start here, once, with its own message
         model = env.model_from_env()  # likewise a bad upstream
+        keys = gateway_keys(os.environ.get(env.GATEWAY_KEYS))  # and keys that are set but blank
     except (ConfigurationError, ValueError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
-    if env.replaces_keys() and not os.environ.get(env.GATEWAY_KEYS) and not _loopback(args.host):
+    if env.replaces_keys() and not keys and not _loopback(args.host):
         print(
             f"{PROG}: error: an upstream API key is set and --host {args.host} is reachable from other machines: "
             f"set {env.GATEWAY_KEYS} so that only your clients spend the key, or listen on 127.0.0.1",
