@@ -358,6 +358,38 @@ def test_the_gateway_serves_with_two_workers(tmp_path: Path) -> None:
     assert len(started(log)) == 2
 
 
+async def test_sigterm_with_a_request_hung_upstream_cuts_it_after_the_shutdown_timeout(tmp_path: Path) -> None:
+    """A stop is not held by a request in flight for the upstream's 600 s read timeout: `--shutdown-timeout` bounds
+    it (uvicorn's own default waits for every connection to close)."""
+    arrived = asyncio.Event()
+
+    async def hanging(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            arrived.set()
+            await asyncio.Event().wait()
+
+    log = tmp_path / "gateway.log"
+    async with serving(hanging) as upstream:
+        argv = [sys.executable, "-m", "agentic_middleware.gateway", "--upstream", upstream, "--port", "0"]
+        with log.open("wb") as out:
+            process = subprocess.Popen([*argv, "--shutdown-timeout", "1"], cwd=ROOT, stdout=out, stderr=out)
+        try:
+            deadline = time.monotonic() + 60
+            while (port := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())) is None:
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                await asyncio.sleep(0.05)
+            async with httpx.AsyncClient(timeout=120) as client:
+                call = asyncio.create_task(client.get(f"http://127.0.0.1:{port[1]}/v1/models"))
+                await asyncio.wait_for(arrived.wait(), 30)
+                process.terminate()
+                code = await asyncio.to_thread(process.wait, 60)
+                with pytest.raises(httpx.HTTPError):
+                    (await call).raise_for_status()
+        finally:
+            process.kill()
+    assert code in (0, -15), log.read_text()  # uvicorn re-raises the SIGTERM it handled once it has stopped
+
+
 def started(log: Path) -> list[str]:
     return re.findall(r"Started server process \[\d+\]", log.read_text())
 

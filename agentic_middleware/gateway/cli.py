@@ -94,6 +94,15 @@ def parser() -> argparse.ArgumentParser:
         help=f"uvicorn worker processes (default %(default)s) [{env.WORKERS}]",
     )
     add(
+        "--shutdown-timeout",
+        type=_number(0),
+        default=variables.get(env.SHUTDOWN_TIMEOUT, "30"),
+        help=(
+            "seconds requests in flight get to finish after SIGTERM or Ctrl-C before they are cut "
+            f"(default %(default)s) [{env.SHUTDOWN_TIMEOUT}]"
+        ),
+    )
+    add(
         "--demo",
         action="store_true",
         help="run one request per route with the official SDKs against the demo model, print them, exit",
@@ -189,6 +198,7 @@ def _serve(args: argparse.Namespace) -> None:
         port=args.port,
         workers=args.workers,
         access_log=not args.no_access_log,
+        timeout_graceful_shutdown=args.shutdown_timeout,  # else one hung upstream holds a stop for its 600 s
         ws="none",  # the gateway serves no websockets: not importing a websocket library shortens the start
     )
 

@@ -9,6 +9,7 @@ worker builds its app from these variables alone (`app_from_env`), so N workers 
 | `AGENTIC_CONFIG` | `--config` | the YAML config (hooks, `builtin_tools`, `mcp_servers`, limits) |
 | `AGENTIC_HOST`, `AGENTIC_PORT` | `--host`, `--port` | where to listen (127.0.0.1:8000) |
 | `AGENTIC_WORKERS` | `--workers` | uvicorn worker processes (1) |
+| `AGENTIC_SHUTDOWN_TIMEOUT` | `--shutdown-timeout` | seconds requests in flight get after SIGTERM (30) |
 | `AGENTIC_UPSTREAM_API_KEY` | (none) | a key that replaces the client's on the way up |
 | `AGENTIC_ANTHROPIC_UPSTREAM_API_KEY`, `AGENTIC_OPENAI_UPSTREAM_API_KEY` | (none) | the same, per API family |
 | `AGENTIC_GATEWAY_API_KEYS` | (none) | comma-separated keys a client must send (`x-api-key` or `Bearer`) |
@@ -38,6 +39,7 @@ CONFIG = "AGENTIC_CONFIG"
 HOST = "AGENTIC_HOST"
 PORT = "AGENTIC_PORT"
 WORKERS = "AGENTIC_WORKERS"
+SHUTDOWN_TIMEOUT = "AGENTIC_SHUTDOWN_TIMEOUT"
 UPSTREAM_KEY = "AGENTIC_UPSTREAM_API_KEY"
 ANTHROPIC_KEY = "AGENTIC_ANTHROPIC_UPSTREAM_API_KEY"
 OPENAI_KEY = "AGENTIC_OPENAI_UPSTREAM_API_KEY"
