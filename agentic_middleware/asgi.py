@@ -100,6 +100,8 @@ class ResponseCapture:
     """
 
     events = False  # whether an answer that turns out to be an event stream can be read as one (`as_event_stream`)
+    heard = False  # a live round's stream gave its relay an event (`live.RoundCapture`): a retry could repeat it
+    kept: frozenset[int] = frozenset()  # statuses kept, not forwarded: a rerun's, which the loop may retry
 
     def __init__(
         self,
@@ -138,7 +140,7 @@ class ResponseCapture:
         elif message["type"] == "http.response.start":
             self.readable = is_readable_json(message)
             self.sniffing = not self.readable and sniffable(message)
-            if self.readable or self.sniffing or not self.forward_allowed:
+            if self.readable or self.sniffing or not self.forward_allowed or message["status"] in self.kept:
                 self.start = message
             else:
                 await self.forward(message)

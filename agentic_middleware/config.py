@@ -31,6 +31,7 @@ DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
     {"/v1/messages": "messages", "/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}
 )
 DEFAULT_MAX_AGENTIC_LOOPS = 3
+DEFAULT_RERUN_RETRIES = 2  # tries again of a rerun the app answered with a transient error (retries.py)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
 MIN_KEEPALIVE = 0.01  # seconds
 # Headers that describe one message, its body or its connection: each internal call has its own.
@@ -87,6 +88,7 @@ class Settings:
     error_details: bool = True
     streaming: bool | str | None = None
     stream_keepalive: float = 5.0
+    rerun_retries: int = DEFAULT_RERUN_RETRIES
     closing: str = "call"
     closing_text: str = DEFAULT_CLOSING_TEXT
     internal_headers: Mapping[str, str] = field(default_factory=dict)
@@ -96,6 +98,7 @@ class Settings:
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
         loop_limit(self.max_body_bytes, "max_body_bytes", least=1)
+        loop_limit(self.rerun_retries, "rerun_retries")
         if self.streaming is not None and not isinstance(self.streaming, bool) and self.streaming != "buffered":
             raise ConfigurationError(f'streaming must be true, false, "buffered" or null, got {self.streaming!r}')
         for name in ("app_timeout", "hook_timeout", "loop_timeout", "stream_keepalive"):
@@ -402,6 +405,7 @@ _NUMBERS: dict[str, Callable[[str], Any]] = {
     "hook_timeout": float,
     "loop_timeout": float,
     "stream_keepalive": float,
+    "rerun_retries": int,
 }
 _FLAGS = ("sum_usage", "log_bodies", "tracing", "error_details", "streaming", "gates_see_stream")
 

@@ -86,6 +86,8 @@ class Dispatcher:
         self.timer: asyncio.Timeout | None = None  # app_timeout, of the call under way
         self.deadline: asyncio.Timeout | None = None  # loop_timeout, of the whole loop: set by the loop
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
+        self.kept: frozenset[int] = frozenset()  # statuses of answers kept for the loop to judge (`retries.py`)
+        self.heard = False  # the last call's stream gave the relay an event: a retry of it would repeat what was sent
         self.capture: Callable[..., ResponseCapture] = ResponseCapture  # how each answer is read (`LiveStream`'s live)
 
     def set_headers(self, headers: Headers) -> None:
@@ -108,7 +110,9 @@ class Dispatcher:
         """
         scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
         capture = self.capture(self.send, forward_headers, self.limit, self.forwarding, forward=self.forward)
+        capture.kept = self.kept
         self.timer = None
+        self.heard = False
         try:
             if self.timeout is None:
                 await self.app(scope, replay(body, self.receive), capture.send)
@@ -122,7 +126,11 @@ class Dispatcher:
         except Exception as error:
             if capture.forwarded:
                 raise  # the client already has the app's own answer under way
-            raise ModelAppError(f"the model app failed: {type(error).__name__}") from error
+            failed = ModelAppError(f"the model app failed: {type(error).__name__}")
+            failed.transient = True
+            raise failed from error
+        finally:
+            self.heard = capture.heard
         if capture.unjudged is not None:
             warn_unjudged(self.app, self.scope["path"], capture.unjudged)
         if capture.forwarded:
@@ -131,7 +139,9 @@ class Dispatcher:
         if capture.oversize:
             raise ModelAppError(f"the model app's answer was over max_body_bytes={self.limit}")
         if capture.start is None or not capture.complete:
-            raise ModelAppError("the model app ended a call without a complete response")
+            broke = ModelAppError("the model app ended a call without a complete response")
+            broke.transient = True
+            raise broke
         if not capture.readable:
             return Answer(capture.start, capture.body, None)
         return Answer.parse(capture.start, capture.body)

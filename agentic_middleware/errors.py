@@ -102,6 +102,7 @@ class ModelAppError(LoopError):
 
     code = "model_app_error"
     summary = "the model app failed"
+    transient = False  # the app raised or broke off, which a retry of a rerun may mend (`retries.py`)
 
 
 class ModelAppTimeout(ModelAppError):

@@ -263,6 +263,7 @@ class RoundCapture(ResponseCapture):
                 assert self.reader is not None
                 for event in self.reader.feed(chunk):
                     out += self.live.relay.feed(event)
+                    self.heard = True
             except AppStreamError as error:
                 self.failure = error.body
             except Exception as error:

@@ -29,6 +29,7 @@ from .live import LiveStream
 from .observe import (
     ENDED_BY_HEADER,
     RERUNS_HEADER,
+    RETRIES_HEADER,
     STOP_REASON_HEADER,
     Observer,
     RoundRecord,
@@ -37,6 +38,7 @@ from .observe import (
 )
 from .payload import JSONObject, parse_object
 from .precall import has_pre_call, idle_guardrail, is_guardrail
+from .retries import dispatched as retried
 from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
@@ -134,6 +136,7 @@ class AgenticLoop(AskingHooks):
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self._logging_obj = None
         self.round = RoundRecord(self.call_id, surface.name, 0)
+        self.retried = 0  # retries of the rounds before this one (`retries.py`)
         if setup.internal_headers:
             self.dispatch.set_headers(
                 [
@@ -186,7 +189,12 @@ class AgenticLoop(AskingHooks):
                     await self.observer.round_done(self.round)
                 if span is not None:
                     set_attributes(
-                        span, **{"agentic_loop.reruns": self.depth, "agentic_loop.ended_by": self.stop_reason}
+                        span,
+                        **{
+                            "agentic_loop.reruns": self.depth,
+                            "agentic_loop.retries": self.retried + self.round.retries,
+                            "agentic_loop.ended_by": self.stop_reason,
+                        },
                     )
             try:
                 await self.respond(reply)
@@ -273,6 +281,8 @@ class AgenticLoop(AskingHooks):
             (RERUNS_HEADER, str(self.depth).encode()),
             (ENDED_BY_HEADER, (ended_by or self.stop_reason).encode()),
         ]
+        if retries := self.retried + self.round.retries:
+            headers.append((RETRIES_HEADER, str(retries).encode()))
         if self.plan_stop_reason:
             headers.append((STOP_REASON_HEADER, self.plan_stop_reason.encode("latin-1", "replace")))
         return headers
@@ -322,6 +332,7 @@ class AgenticLoop(AskingHooks):
         if self.observer.wants(self.round):
             await self.observer.round_done(self.round)
         self.depth += 1
+        self.retried += self.round.retries
         self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
         try:
             raw = self.encoder.encode(self.body)
@@ -362,7 +373,15 @@ class AgenticLoop(AskingHooks):
         """One internal call of the model app, timed into the round; None when the client got its answer."""
         started = perf_counter()
         try:
-            answer = await self.dispatch(body, self.loop_headers("app_answer") if self.depth else [])
+            if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
+                headers, retries, log = (
+                    self.loop_headers("app_answer"),
+                    self.settings.rerun_retries,
+                    self.logging_obj.logger,
+                )
+                answer = await retried(self.dispatch, body, headers, retries, self.round, log)
+            else:  # the first call's errors reach the client as they are, for its own retries
+                answer = await self.dispatch(body, [])
         finally:
             self.round.app_seconds += perf_counter() - started
         if answer is None:

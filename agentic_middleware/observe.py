@@ -19,6 +19,7 @@ logger = logging.getLogger("agentic_middleware")
 RERUNS_HEADER = b"x-agentic-loop-reruns"
 ENDED_BY_HEADER = b"x-agentic-loop-ended-by"
 STOP_REASON_HEADER = b"x-agentic-loop-stop-reason"
+RETRIES_HEADER = b"x-agentic-loop-retries"
 
 
 @dataclass(slots=True)
@@ -38,6 +39,7 @@ class RoundRecord:
     app_seconds: float = 0.0
     hook_seconds: float = 0.0
     usage: Any = None
+    retries: int = 0  # times this round's call was tried again after a transient failure (last, for old callers)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

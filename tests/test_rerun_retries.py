@@ -1,0 +1,248 @@
+"""A rerun (or closing call) the app answers with a transient error is retried inside the loop, reusing the results
+of the tools already run: the client gets the answer, and no tool runs twice (issue 23, item 2)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from conftest import anthropic_client, openai_client
+from starlette.responses import JSONResponse
+from streams import USER, event_stream
+
+from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, RoundRecord, ServerTools, server_tool, sse
+from agentic_middleware.testing import (
+    RecordedRequest,
+    ScriptedModel,
+    chat_completion,
+    function_call,
+    message,
+    response,
+    tool_call,
+    tool_use,
+)
+
+RUNS: list[str] = []
+
+
+@server_tool
+async def lookup(key: str) -> str:
+    RUNS.append(key)
+    return f"value of {key}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_runs() -> None:
+    RUNS.clear()
+
+
+def overloaded(status: int = 529, **headers: str) -> JSONResponse:
+    return JSONResponse(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, status, headers=headers
+    )
+
+
+def first(route: str, stream: bool) -> Any:
+    """The first answer: a call of `lookup`, streamed when the client streams (the app is asked to)."""
+    if route == "messages":
+        body = message(tool_use("lookup", {"key": "k"}))
+        return event_stream(list(sse.messages_events(body))) if stream else body
+    if route == "chat":
+        body = chat_completion(tool_calls=[tool_call("lookup", {"key": "k"})])
+        return event_stream(list(sse.chat_chunks(body, include_usage=False))) if stream else body
+    body = response(function_call("lookup", {"key": "k"}))
+    return event_stream(list(sse.responses_events(body))) if stream else body
+
+
+def final(route: str, stream: bool, text: str = "The value is v.") -> Any:
+    body = {"messages": message(text), "chat": chat_completion(content=text), "responses": response(text)}[route]
+    if not stream:
+        return body
+    events = {
+        "messages": sse.messages_events,
+        "chat": lambda body: sse.chat_chunks(body, include_usage=False),
+        "responses": sse.responses_events,
+    }[route]
+    return event_stream(list(events(body)))
+
+
+async def ask(app: Any, route: str, stream: bool) -> tuple[str, dict[str, str]]:
+    """The client's text, and its response headers where it has them (not on a stream)."""
+    if route == "messages":
+        claude = anthropic_client(app)
+        if stream:
+            async with claude.messages.stream(model="m", max_tokens=64, messages=USER) as events:
+                done = await events.get_final_message()
+            return "".join(block.text for block in done.content if block.type == "text"), {}
+        raw = await claude.messages.with_raw_response.create(model="m", max_tokens=64, messages=USER)
+        return "".join(block.text for block in (await raw.parse()).content if block.type == "text"), dict(raw.headers)
+    gpt = openai_client(app)
+    if route == "chat":
+        if stream:
+            async with gpt.chat.completions.stream(model="m", messages=USER) as chunks:
+                completion = await chunks.get_final_completion()
+            return completion.choices[0].message.content or "", {}
+        raw_chat = await gpt.chat.completions.with_raw_response.create(model="m", messages=USER)
+        return raw_chat.parse().choices[0].message.content or "", dict(raw_chat.headers)
+    if stream:
+        async with gpt.responses.stream(model="m", input="go") as events:
+            done_response = await events.get_final_response()
+        return done_response.output_text, {}
+    raw_response = await gpt.responses.with_raw_response.create(model="m", input="go")
+    return raw_response.parse().output_text, dict(raw_response.headers)
+
+
+CASES = [(route, stream) for route in ("messages", "chat", "responses") for stream in (False, True)]
+
+
+@pytest.mark.parametrize(("route", "stream"), CASES, ids=[f"{r}-{'stream' if s else 'json'}" for r, s in CASES])
+async def test_a_rerun_answered_529_is_retried_and_its_tool_runs_once(route: str, stream: bool) -> None:
+    records: list[RoundRecord] = []
+    model = ScriptedModel(first(route, stream), overloaded(**{"retry-after-ms": "1"}), final(route, stream))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], on_round=records.append)
+    text, headers = await ask(app, route, stream)
+    assert text.endswith("The value is v.")
+    assert RUNS == ["k"]  # the tool ran once: the retry sent the rerun already built
+    assert len(model.requests) == 3 and model.requests[2].raw == model.requests[1].raw
+    assert [(record.depth, record.retries) for record in records] == [(0, 0), (1, 1)]
+    if not stream:
+        assert headers["x-agentic-loop-retries"] == "1" and headers["x-agentic-loop-reruns"] == "1"
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+async def test_each_transient_status_of_a_rerun_is_retried(status: int) -> None:
+    model = ScriptedModel(first("messages", True), overloaded(status, **{"retry-after": "0"}), final("messages", True))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    text, _ = await ask(app, "messages", True)
+    assert text == "The value is v." and RUNS == ["k"] and len(model.requests) == 3
+
+
+async def test_a_rerun_answered_400_is_not_retried() -> None:
+    bad = JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}, 400)
+    model = ScriptedModel(first("messages", False), bad, default=final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    with pytest.raises(anthropic.BadRequestError):
+        await ask(app, "messages", False)
+    assert len(model.requests) == 2
+
+
+async def test_retries_used_up_give_the_client_the_last_error_with_its_status() -> None:
+    records: list[RoundRecord] = []
+    model = ScriptedModel(first("chat", False), default=overloaded(**{"retry-after-ms": "1"}))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], on_round=records.append)
+    with pytest.raises(openai.APIStatusError) as raised:
+        await ask(app, "chat", False)
+    assert raised.value.status_code == 529
+    assert raised.value.response.headers["x-agentic-loop-retries"] == "2"
+    assert len(model.requests) == 4 and RUNS == ["k"]  # the rerun and its two retries
+    assert records[-1].retries == 2
+
+
+async def test_retries_used_up_on_a_stream_end_it_with_the_error_event() -> None:
+    model = ScriptedModel(first("messages", True), default=overloaded(**{"retry-after-ms": "1"}))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], rerun_retries=1)
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        await ask(app, "messages", True)
+    assert len(model.requests) == 3 and RUNS == ["k"]
+
+
+async def test_rerun_retries_0_sends_the_first_failure_on() -> None:
+    model = ScriptedModel(first("messages", False), overloaded(), default=final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], rerun_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        await ask(app, "messages", False)
+    assert raised.value.status_code == 529 and len(model.requests) == 2
+
+
+async def test_the_first_calls_529_reaches_the_client_unretried() -> None:
+    model = ScriptedModel(overloaded(), default=final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        await ask(app, "messages", False)
+    assert raised.value.status_code == 529 and len(model.requests) == 1  # the client's own retries handle it
+
+
+async def test_the_retry_waits_the_retry_after_ms_the_app_asked_for() -> None:
+    seen: list[float] = []
+
+    def timed(reply: Any) -> Any:
+        def answer(request: RecordedRequest) -> Any:
+            seen.append(asyncio.get_running_loop().time())
+            return reply
+
+        return answer
+
+    model = ScriptedModel(
+        first("messages", False),
+        timed(overloaded(**{"retry-after-ms": "300", "retry-after": "0"})),
+        timed(final("messages", False)),
+    )
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    text, _ = await ask(app, "messages", False)
+    assert text == "The value is v."
+    assert seen[1] - seen[0] >= 0.3  # the app saw the retry no sooner than it asked (retry-after-ms wins)
+
+
+async def test_a_retry_after_past_the_loop_timeout_is_not_waited_for() -> None:
+    refusal = overloaded(**{"retry-after": "30"})
+    model = ScriptedModel(first("messages", False), refusal, default=final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], loop_timeout=10)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        await ask(app, "messages", False)
+    assert raised.value.status_code == 529  # the error as it is, at once, not a loop timeout 10 s later
+    assert len(model.requests) == 2
+
+
+async def test_a_retry_after_over_a_minute_is_not_waited_for() -> None:
+    refusal = overloaded(**{"retry-after": "61"})
+    model = ScriptedModel(first("messages", False), refusal, default=final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    with pytest.raises(anthropic.APIStatusError):
+        await ask(app, "messages", False)
+    assert len(model.requests) == 2
+
+
+@pytest.mark.parametrize("route", ["messages", "chat", "responses"])
+async def test_a_rerun_stream_that_breaks_before_its_first_event_is_retried(route: str) -> None:
+    async def broken() -> Any:
+        yield b""
+        raise ConnectionResetError("upstream went away")
+
+    model = ScriptedModel(first(route, True), lambda request: event_stream(broken()), final(route, True))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    text, _ = await ask(app, route, True)
+    assert text.endswith("The value is v.") and RUNS == ["k"] and len(model.requests) == 3
+
+
+async def test_a_rerun_stream_whose_first_event_is_an_overload_error_is_retried() -> None:
+    error = sse.messages_error("overloaded_error", "Overloaded")
+    model = ScriptedModel(first("messages", True), event_stream([error]), final("messages", True))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    text, _ = await ask(app, "messages", True)
+    assert text == "The value is v." and len(model.requests) == 3
+
+
+async def test_a_rerun_stream_that_breaks_after_an_event_is_not_retried() -> None:
+    events = list(sse.messages_events(message("Half of it")))
+
+    async def broken() -> Any:
+        for event in events[:3]:
+            yield event
+        raise ConnectionResetError("upstream went away")
+
+    model = ScriptedModel(first("messages", True), lambda request: event_stream(broken()), final("messages", True))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    with pytest.raises(anthropic.APIStatusError):
+        await ask(app, "messages", True)
+    assert len(model.requests) == 2  # part of that round reached the client: a retry would send it twice
+
+
+def test_rerun_retries_must_be_a_whole_number(tmp_path: Any) -> None:
+    with pytest.raises(ConfigurationError, match="rerun_retries"):
+        AgenticLoopMiddleware(ScriptedModel(), rerun_retries=-1)
+    config = tmp_path / "agentic.yaml"
+    config.write_text("agentic_middleware:\n  rerun_retries: 5\n")
+    assert AgenticLoopMiddleware(ScriptedModel(), config=str(config)).settings.rerun_retries == 5
