@@ -155,7 +155,8 @@ async def test_faults_of_the_app_get_one_clear_answer_and_leave_nothing_behind(
     script = [route.calls(("lookup", {"n": 1})), fault()] if on_rerun else [fault()]
     model = ScriptedModel(*script, route.text("the next request works"))
     hook = ToolHook()
-    app = AgenticLoopMiddleware(model, hooks=[hook], app_timeout=0.1)
+    # No retries: the fault itself is judged here (a rerun's retries are in tests/test_rerun_retries.py).
+    app = AgenticLoopMiddleware(model, hooks=[hook], app_timeout=0.1, rerun_retries=0)
     async with http_client(app) as client:
         response = await post(client, route, route.request())
         assert response.status_code == status

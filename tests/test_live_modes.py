@@ -228,7 +228,7 @@ async def test_an_error_answer_after_the_first_round_is_an_error_event() -> None
     route = Route("messages")
     failing = JSONResponse({"type": "error", "error": {"type": "overloaded_error", "message": "try later"}}, 529)
     model = ScriptedModel(streamed(route.calls(("lookup", {"key": "k"}), text="Checking.")), failing)
-    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], rerun_retries=0)  # retries: test_rerun_retries
     sent = await exchange(app, route, route.request(stream=True))
     assert sent[0]["status"] == 200
     stream = b"".join(message.get("body", b"") for message in sent)

@@ -93,7 +93,8 @@ async def test_a_failure_mid_stream_is_the_same_lifecycles_failed_response() -> 
         """Look up."""
         return key
 
-    async with serving(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])) as url:
+    # No retries of the 503: the failure's shape is judged here (retries: tests/test_rerun_retries.py).
+    async with serving(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], rerun_retries=0)) as url:
         client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
         received = []
         with pytest.raises(openai.APIError, match="model down"):  # the `error` event after `response.failed`
