@@ -74,6 +74,7 @@ class LiveStream:
         self.done = False  # the stream's end was written, or the client left
         self.last_write = 0.0
         self.pinger: asyncio.Task[None] | None = None
+        self.writing = asyncio.Lock()  # a numbered keep-alive goes out in its place among the relay's events
 
     async def open(self) -> None:
         """Nothing is sent yet: the response starts with the first round's answer."""
@@ -102,7 +103,8 @@ class LiveStream:
 
     async def send(self, data: bytes) -> None:
         """Send events to the client now."""
-        await self.written({"type": "http.response.body", "body": data, "more_body": True})
+        async with self.writing:
+            await self.written({"type": "http.response.body", "body": data, "more_body": True})
 
     async def announce(self, search: NativeCall, round: int) -> bool:
         """Send that a native call is being searched, if the relay can place it (see `StreamRelay.announce`)."""
@@ -129,14 +131,18 @@ class LiveStream:
         self.last_write = asyncio.get_running_loop().time()
 
     async def keep_alive(self) -> None:
+        """A keep-alive after each `interval` of silence: the relay's own (a numbered event, made under the write
+        lock so that its number comes in order), else the surface's."""
         keepalive = self.surface.keepalive()
         clock = asyncio.get_running_loop()
         while not self.write.closed:
             quiet = clock.time() - self.last_write
             if quiet < self.interval:
                 await asyncio.sleep(self.interval - quiet)
-            else:
-                await self.send(keepalive)
+                continue
+            async with self.writing:
+                event = self.relay.keepalive() or keepalive
+                await self.written({"type": "http.response.body", "body": event, "more_body": True})
 
     async def stop_keep_alive(self) -> None:
         await cancel_and_wait(self.pinger)

@@ -148,6 +148,11 @@ class StreamRelay(ABC):
     answer the hooks judge. When the loop is done, `finish` ends the client's stream with its answer.
     """
 
+    def keepalive(self) -> bytes | None:
+        """A keep-alive in the stream's own terms, numbered where the stream is, for clients that reset their idle
+        timers on events only (Codex ignores SSE comments); None: the surface's own `keepalive`."""
+        return None
+
     @abstractmethod
     def begin_round(self) -> None:
         """A new call of the app: what the last round held back is dropped (a hook claimed it), never sent."""

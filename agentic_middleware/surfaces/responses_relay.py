@@ -42,6 +42,7 @@ class ResponsesRelay(StreamRelay):
         self.emit = sse.ResponsesSequence()
         self.started = False  # the client has a `response.created`
         self.response_id: Any = None  # the id the client's lifecycle carries
+        self.created: dict[str, Any] = {}  # the response as the client's `response.created` announced it
         self.round_ids: list[str] = []  # every round's response id, as its lifecycle events name it (shown.py)
         self.earlier: list[Any] = []  # the items earlier rounds sent, whole
         self.base = 0  # the client's output_index of this round's first item
@@ -106,6 +107,8 @@ class ResponsesRelay(StreamRelay):
             if kind == "response.created":
                 self.started = True
                 self.response_id = (payload.get("response") or {}).get("id")
+                created = payload.get("response")
+                self.created = created if isinstance(created, dict) else {}
             return (self.emit.renumbered(payload),)
         elif kind in _LIFECYCLE_END:
             self.name_round(payload)
@@ -262,6 +265,17 @@ class ResponsesRelay(StreamRelay):
             sse.responses_end(self.emit, {**final, "id": self.response_id, "output": [*self.earlier, *whole]})
         )
         return events
+
+    def keepalive(self) -> bytes | None:
+        """Once the lifecycle began, a repeated `response.in_progress` with the next `sequence_number` and the
+        response as `response.created` announced it (status `in_progress`, no output: the output so far is in the
+        item events, and the SDKs' accumulators take a lifecycle event's output as replacements of items they
+        completed). Codex resets its idle timer on events only; the openai SDK's accumulator and the Agents SDK
+        take a repeated `in_progress` as the API sends one. Before `response.created`, None: a comment."""
+        if not self.started:
+            return None
+        snapshot = {**self.created, "id": self.response_id, "status": "in_progress", "output": []}
+        return self.emit("response.in_progress", response=snapshot)
 
     def error_event(self, status: int, message: str, code: str) -> bytes | None:
         """After the lifecycle began, a failure is its terminal `response.failed` (a second `response.created`
