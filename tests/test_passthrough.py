@@ -72,7 +72,9 @@ async def test_error_answers_and_non_json_answers_go_to_the_client_as_sent(route
 
 
 async def test_a_reruns_error_answer_ends_the_loop_as_the_app_sent_it(route: Route) -> None:
-    model = ScriptedModel(route.calls(("lookup", {"n": 1})), JSONResponse({"error": "rate limited"}, status_code=429))
+    # Every try of the rerun is refused: once its retries are used up, the last answer goes on as it is.
+    refused = JSONResponse({"error": "rate limited"}, status_code=429, headers={"retry-after": "0"})
+    model = ScriptedModel(route.calls(("lookup", {"n": 1})), default=refused)
     async with http_client(AgenticLoopMiddleware(model, hooks=[ToolHook()])) as client:
         response = await post(client, route, route.request())
     assert (response.status_code, response.json()) == (429, {"error": "rate limited"})

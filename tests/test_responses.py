@@ -164,7 +164,7 @@ async def test_errors_come_in_openai_shape_with_their_status() -> None:
         response(function_call("lookup", {"key": "k"})),
         JSONResponse({"error": {"message": "overloaded", "type": "server_error", "code": None}}, 503),
     )
-    client = http_client(AgenticLoopMiddleware(model, hooks=[tools_hook()]))
+    client = http_client(AgenticLoopMiddleware(model, hooks=[tools_hook()], rerun_retries=0))  # the 503 itself
 
     reply = await client.post("/v1/responses", json={"model": "m", "input": "x"})
     bad = await client.post("/v1/responses", json={"model": "m", "input": {"not": "items"}})
@@ -479,7 +479,7 @@ async def test_a_failed_loop_in_a_stream_is_a_failed_response() -> None:
         response(function_call("lookup", {"key": "k"})),
         JSONResponse({"error": {"message": "model down", "type": "server_error", "code": None}}, 503),
     )
-    client = openai_client(AgenticLoopMiddleware(model, hooks=[tools_hook()]))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[tools_hook()], rerun_retries=0))  # the 503 itself
 
     events = []
     with pytest.raises(openai.APIError, match="model down"):  # the `error` event after `response.failed`

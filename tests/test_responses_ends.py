@@ -112,7 +112,10 @@ async def test_a_failure_after_the_stream_began_is_an_api_error_of_the_sdk(strea
     model = ScriptedModel(
         streamed(response("Let me look.", function_call("lookup", {"key": "k"}))), JSONResponse(down, 503)
     )
-    client = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming=streaming))
+    # No retries: the 503's shape is judged here (retries: tests/test_rerun_retries.py).
+    client = openai_client(
+        AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming=streaming, rerun_retries=0)
+    )
     kinds = []
 
     with pytest.raises(openai.APIError) as raised:
