@@ -19,7 +19,7 @@ import contextvars
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import httpx2
@@ -54,11 +54,28 @@ class Attempt:
 sent_to: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("sent_to", default=None)
 
 
-class _Marking:
-    """The transport's write stream, marking a `tools/call` on its attempt as it is handed over."""
+class _Wrapping:
+    """What both stream wrappers pass straight to the SDK's stream they wrap: closing, and `async with`."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> bool | None:
+        result: bool | None = await self.inner.__aexit__(kind, error, trace)
+        return result
+
+
+class _Marking(_Wrapping):
+    """The transport's write stream, marking a `tools/call` on its attempt as it is handed over."""
 
     async def send(self, item: SessionMessage, /) -> None:
         attempt = sent_to.get()
@@ -73,26 +90,13 @@ class _Marking:
             attempt.sent = False  # the stream was closed: nothing was handed over
             raise
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
-    async def __aenter__(self) -> _Marking:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> bool | None:
-        result: bool | None = await self.inner.__aexit__(kind, error, trace)
-        return result
-
-
-class _Watching:
+class _Watching(_Wrapping):
     """The transport's read stream, telling `ended` when it ends: the server is gone (a stdio server's stdout
     closed when its process died; the HTTP transport ended), so the session is over for every call."""
 
     def __init__(self, inner: Any, ended: Callable[[], None]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.ended = ended
 
     @property
@@ -114,19 +118,6 @@ class _Watching:
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def __aenter__(self) -> _Watching:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> bool | None:
-        result: bool | None = await self.inner.__aexit__(kind, error, trace)
-        return result
 
 
 @contextlib.asynccontextmanager
