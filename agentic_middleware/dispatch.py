@@ -38,10 +38,6 @@ class Answer:
         self.data = data
         self.rewritten = rewritten
 
-    @classmethod
-    def parse(cls, start: Message, raw: bytes) -> Answer:
-        return cls(start, raw, parse_object(raw))
-
     def as_sent(self) -> Any:
         """The body as its bytes hold it: the app's answer as it sent it, whatever hooks changed in `data` since
         (a fresh parse, for the rare paths that build from the answer: the closing call, a refused or ended round)."""
@@ -73,8 +69,18 @@ class Dispatcher:
     call starts from a copy taken before the first one, sharing its `state`.
     """
 
-    def __init__(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, limit: int, timeout: float | None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        limit: int,
+        timeout: float | None,
+        read_stream: Callable[[bytes], object] | None = None,
+    ):
         self.app = app
+        self.read_stream = read_stream  # an event stream answering a call that did not stream, as its JSON answer
         self.scope: Scope = {**scope, "state": scope.setdefault("state", {})}
         self.headers = [(name, value) for name, value in scope["headers"] if name not in _PER_CALL]
         self.receive = receive  # what the app receives after its body: the client's, or our disconnect fan-out
@@ -109,7 +115,9 @@ class Dispatcher:
         An answer kept though not readable (while streaming) has no `data`, which ends the loop.
         """
         scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
-        capture = self.capture(self.send, forward_headers, self.limit, self.forwarding, forward=self.forward)
+        capture = self.capture(
+            self.send, forward_headers, self.limit, self.forwarding, forward=self.forward, read_stream=self.read_stream
+        )
         capture.kept = self.kept
         self.timer = None
         self.heard = False
@@ -133,6 +141,8 @@ class Dispatcher:
             self.heard = capture.heard
         if capture.unjudged is not None:
             warn_unjudged(self.app, self.scope["path"], capture.unjudged)
+        if capture.refused is not None:  # it may hold a call no hook could judge: it never reaches the client
+            raise ModelAppError(capture.refused)
         if capture.forwarded:
             self.oversize = capture.oversize
             return None
@@ -143,5 +153,5 @@ class Dispatcher:
             broke.transient = True
             raise broke
         if not capture.readable:
-            return Answer(capture.start, capture.body, None)
-        return Answer.parse(capture.start, capture.body)
+            return Answer(capture.start, capture.body, None, capture.rewritten)
+        return Answer(capture.start, capture.body, parse_object(capture.body), capture.rewritten)

@@ -24,7 +24,7 @@ from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
 from .native import NativeCall, NativeRun
-from .sniff import media_type
+from .sniff import is_event_stream
 from .sse_reader import SSEReader
 from .stream import SSE_HEADERS, error_of
 from .surfaces import AppStreamError, StreamMismatch, StreamRelay, Surface
@@ -38,14 +38,6 @@ _FAILED_START: Message = {
     "status": 502,
     "headers": [(b"content-type", b"application/json")],
 }
-
-
-def is_event_stream(start: Message) -> bool:
-    """A 2xx, unencoded `text/event-stream` answer: the kind a live round reads as it comes."""
-    if not 200 <= start["status"] < 300:
-        return False
-    kind, encoded = media_type(start.get("headers", ()))
-    return kind == b"text/event-stream" and not encoded
 
 
 class LiveStream:
@@ -86,10 +78,11 @@ class LiveStream:
         limit: int,
         on_forward: Callable[[], object] | None = None,
         forward: bool = True,
+        read_stream: Callable[[bytes], object] | None = None,
     ) -> ResponseCapture:
         """The `send` of one call of the app, which is one round: live when the app streams."""
         self.relay.begin_round()
-        return RoundCapture(self, send, forward_headers, limit, on_forward, forward=not self.opened)
+        return RoundCapture(self, send, forward_headers, limit, on_forward, not self.opened, read_stream)
 
     async def start(self, app_start: Message | None) -> None:
         """Begin the client's response: our event-stream headers, with the app's own others."""
@@ -221,16 +214,14 @@ class RoundCapture(ResponseCapture):
     dispatcher returns it like any other; a stream that failed or ended early becomes a 502 error answer.
     """
 
-    events = True  # a round's answer without its type that opens like an event stream is read as one
-
     def __init__(self, live: LiveStream, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.live = live
         self.reader: SSEReader | None = None
         self.failure: bytes | None = None
 
-    async def as_event_stream(self) -> None:
-        """The answer's first bytes are an event stream's though its type did not say: read it as one."""
+    async def as_event_stream(self) -> bool:
+        """The answer's first bytes are an event stream's though its type did not say: read it as one, live."""
         assert self.start is not None
         self.reader = SSEReader()
         self.readable = True
@@ -238,6 +229,7 @@ class RoundCapture(ResponseCapture):
             await self.live.start(self.start)
         held, self.chunks, self.size = self.body, [], 0
         await self.read({"type": "http.response.body", "body": held, "more_body": not self.complete})
+        return False
 
     async def send(self, message: Message) -> None:
         if self.reader is not None:

@@ -120,7 +120,9 @@ class AgenticLoop(AskingHooks):
         self.receive = receive
         self.send = send
         self.body = body
-        self.dispatch = Dispatcher(setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout)
+        self.dispatch = Dispatcher(
+            setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout, surface.accumulated
+        )
         self.limit = settings.max_agentic_loops
         self.depth = 0
         self.seen = set()

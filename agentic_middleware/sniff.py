@@ -28,23 +28,31 @@ _JSON_SPACE = b" \t\r\n"
 JSON, EVENTS, OTHER = "json", "events", "other"
 
 
-def sniffed(head: bytes, complete: bool, events: bool) -> str | None:
-    """`JSON`, `EVENTS` (only when `events`: the request asked for a stream), `OTHER`, or None when the bytes so far
-    do not tell yet (never once `SNIFF_BYTES` are in). `complete`: `head` is the whole body."""
+def sniffed(head: bytes, complete: bool) -> str | None:
+    """`JSON`, `EVENTS`, `OTHER`, or None when the bytes so far do not tell yet (never once `SNIFF_BYTES` are in).
+    `complete`: `head` is the whole body. The caller holds white space that opens a body however long it is, and
+    passes it as one byte (a space, or a line end when it is only line ends)."""
     start = head.lstrip(_JSON_SPACE)
     if start[:1] == b"{":
         return JSON
     waiting = not complete and len(head) < SNIFF_BYTES
-    if events:
-        line = head.removeprefix(_BOM).lstrip(b"\r\n")  # blank lines may open a stream
-        if line[:1] == b":":
+    line = head.removeprefix(_BOM).lstrip(b"\r\n")  # blank lines may open a stream
+    if line[:1] == b":":
+        return EVENTS
+    for name in _FIELDS:
+        if line.startswith(name) and line[len(name) : len(name) + 1] in (b":", b"\r", b"\n"):
             return EVENTS
-        for name in _FIELDS:
-            if line.startswith(name) and line[len(name) : len(name) + 1] in (b":", b"\r", b"\n"):
-                return EVENTS
-        if waiting and (any(name.startswith(line) for name in _FIELDS) or _BOM.startswith(head)):
-            return None  # "dat", a part of a byte order mark, or blank lines: the next bytes tell
+    if waiting and (any(name.startswith(line) for name in _FIELDS) or _BOM.startswith(head)):
+        return None  # "dat", a part of a byte order mark, or blank lines: the next bytes tell
     return None if waiting and not start else OTHER
+
+
+def is_event_stream(start: Message) -> bool:
+    """A 2xx, unencoded `text/event-stream` answer without trailers."""
+    if not 200 <= start["status"] < 300 or start.get("trailers", False):
+        return False
+    kind, encoded = media_type(start.get("headers", ()))
+    return kind == b"text/event-stream" and not encoded
 
 
 def sniffable(start: Message) -> bool:
@@ -59,13 +67,9 @@ def unjudged_reason(start: Message) -> str | None:
     """Why a 2xx answer goes on without being judged, for the log; None for an error answer (it holds no call)."""
     if not 200 <= start["status"] < 300:
         return None
-    kind, encoded = media_type(start.get("headers", ()))
-    if encoded:
-        return "it is content-encoded, so its body cannot be read (the app must not compress answers to the middleware)"
+    kind, _ = media_type(start.get("headers", ()))
     if start.get("trailers", False):
         return "it has HTTP trailers, which the middleware does not buffer"
-    if kind == b"text/event-stream":
-        return "it is an event stream, which this request did not ask for"
     named = f"of type {kind.decode(errors='replace')}" if kind else "without a content-type"
     return f"it is {named} and its body is neither a JSON object nor an event stream"
 
@@ -76,14 +80,23 @@ def is_json(kind: bytes) -> bool:
 
 def media_type(headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
     """The content type without parameters, lowercase, and whether a content-encoding applies."""
-    kind, encoded = b"", False
+    kind = b""
     for name, value in headers:
-        name = name.lower()
-        if name == b"content-type":
+        if name.lower() == b"content-type":
             kind = value.split(b";", 1)[0].strip().lower()
-        elif name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
-            encoded = True
-    return kind, encoded
+    return kind, encoding_of(headers) is not None
+
+
+def encoding_of(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The content-encodings that apply, lowercase, joined by commas in the order applied; None for none."""
+    codings = [
+        coding.strip()
+        for name, value in headers
+        if name.lower() == b"content-encoding"
+        for coding in value.lower().split(b",")
+        if coding.strip() not in (b"", b"identity")
+    ]
+    return b", ".join(codings) if codings else None
 
 
 _warned: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()

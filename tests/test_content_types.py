@@ -1,11 +1,14 @@
 """A model app's 2xx answer without a JSON content-type (dropped by a forwarding route, or text/plain or
-application/octet-stream) is judged by what its body is: a server tool's call never reaches the client, in JSON and
-in live streams (under uvicorn, with the SDKs' stream helpers). What still goes on unjudged is said in a WARNING."""
+application/octet-stream, or an event stream to a call that did not stream, or compressed) is judged by what its body
+is: a server tool's call never reaches the client, in JSON and in live streams (under uvicorn, with the SDKs' stream
+helpers). What still goes on unjudged is said in a WARNING; what could hold a call but cannot be read is refused."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -185,14 +188,120 @@ async def test_a_stream_of_another_kind_goes_on_at_once_not_held() -> None:
 
 
 def test_the_first_bytes_decide_and_no_more_than_a_kilobyte_is_held() -> None:
-    assert sniffed(b' \n{"id"', False, False) == JSON
-    assert sniffed(b"[1, 2]", True, True) == OTHER
-    assert sniffed(b"\xef\xbb\xbf\r\nevent: message_start\n", False, True) == EVENTS
-    assert sniffed(b": keep-alive\n", False, True) == EVENTS
-    assert sniffed(b"data:{}", False, False) == OTHER  # a request that did not stream reads no events
-    assert sniffed(b"dat", False, True) is None and sniffed(b"dat", True, True) == OTHER
-    assert sniffed(b"\xef\xbb", False, True) is None
-    assert sniffed(b"database dump", False, True) == OTHER
-    assert sniffed(b"\n" * 100, False, True) is None
-    assert sniffed(b"\n" * SNIFF_BYTES, False, True) == OTHER  # never waits past SNIFF_BYTES
-    assert sniffed(b" " * SNIFF_BYTES, False, False) == OTHER
+    assert sniffed(b' \n{"id"', False) == JSON
+    assert sniffed(b"[1, 2]", True) == OTHER
+    assert sniffed(b"\xef\xbb\xbf\r\nevent: message_start\n", False) == EVENTS
+    assert sniffed(b": keep-alive\n", False) == EVENTS
+    assert sniffed(b"data:{}", False) == EVENTS  # judged on a request that did not stream too
+    assert sniffed(b"dat", False) is None and sniffed(b"dat", True) == OTHER
+    assert sniffed(b"\xef\xbb", False) is None
+    assert sniffed(b"database dump", False) == OTHER
+    assert sniffed(b"\n", False) is None
+    assert sniffed(b"\xef\xbb\xbf" + b"x" * SNIFF_BYTES, False) == OTHER  # never waits past SNIFF_BYTES
+
+
+def calling(route: str) -> tuple[dict[str, Any], dict[str, Any], list[bytes], list[bytes]]:
+    """A route's answer calling `lookup`, its final answer, and both as that route's events."""
+    if route == "messages":
+        first, last = message(tool_use("lookup", {"key": "k"})), message("The value is v.")
+        return first, last, list(sse.messages_events(first)), list(sse.messages_events(last))
+    if route == "chat":
+        first = chat_completion(tool_calls=[tool_call("lookup", {"key": "k"})])
+        last = chat_completion("The value is v.")
+        return first, last, list(sse.chat_chunks(first, False)), list(sse.chat_chunks(last, False))
+    first, last = response("Let me look.", function_call("lookup", {"key": "k"})), response("The value is v.")
+    return first, last, list(sse.responses_events(first)), list(sse.responses_events(last))
+
+
+async def final_text(app: Any, route: str) -> str:
+    """The final text a JSON client of `route` gets, through the official SDK."""
+    if route == "messages":
+        final = await anthropic_client(app).messages.create(model="m", max_tokens=50, messages=USER)
+        assert [block.type for block in final.content] == ["text"]
+        return final.content[0].text  # type: ignore[union-attr]
+    if route == "chat":
+        completion = await openai_client(app).chat.completions.create(model="m", messages=USER)
+        assert not completion.choices[0].message.tool_calls
+        return completion.choices[0].message.content or ""
+    answer = await openai_client(app).responses.create(model="m", input="go")
+    assert "function_call" not in [item.type for item in answer.output]
+    return answer.output_text
+
+
+@pytest.mark.parametrize("media_type", ["text/event-stream", "text/event-stream; charset=utf-8", None, "text/plain"])
+@pytest.mark.parametrize("route", ["messages", "chat", "responses"])
+async def test_an_event_stream_to_a_call_that_did_not_stream_is_judged_as_the_answer_it_holds(
+    route: str, media_type: str | None
+) -> None:
+    """Before, it went to the client unjudged (with a WARNING), the server's call in it."""
+    _, _, first, last = calling(route)
+    model = ScriptedModel(plain_stream(first, media_type), plain_stream(last, media_type))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+
+    assert (await final_text(app, route)).endswith("The value is v.")
+    assert len(model.requests) == 2 and "stream" not in model.requests[0].body
+
+
+async def test_an_event_stream_to_a_call_that_did_not_stream_that_holds_no_whole_answer_is_refused() -> None:
+    """A stream cut short (its call may be in it) is a model_app_error, never passed on unjudged."""
+    _, _, first, _ = calling("messages")
+    model = ScriptedModel(plain_stream(first[:-2], "text/event-stream"))  # no message_delta, no message_stop
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    answer = await client.post("http://gateway/v1/messages", json={"model": "m", "max_tokens": 5, "messages": USER})
+    assert answer.status_code == 500 and b"lookup" not in answer.content
+    assert "did not stream with an event stream" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("lead", [b" " * 3000, b"\n" * 3000, b"\r\n \t" * 1000])
+@pytest.mark.parametrize("route", ["messages", "chat", "responses"])
+async def test_white_space_before_the_body_however_long_does_not_take_it_past_the_check(
+    route: str, lead: bytes
+) -> None:
+    """Before, past 1 KB of white space an untyped answer went on unjudged, the server's call in it."""
+    first, last, _, _ = calling(route)
+
+    def cut(body: dict[str, Any]) -> StreamingResponse:
+        raw = lead + orjson.dumps(body)
+        return StreamingResponse(iter([raw[i : i + 100] for i in range(0, len(raw), 100)]), media_type=None)
+
+    model = ScriptedModel(cut(first), cut(last))
+    assert (await final_text(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])]), route)).endswith(
+        "The value is v."
+    )
+    assert len(model.requests) == 2
+
+
+def compressed(body: bytes, coding: str, media_type: str | None) -> Response:
+    data = {"gzip": gzip.compress, "deflate": zlib.compress}[coding](body)
+    return Response(data, media_type=media_type, headers={"content-encoding": coding})
+
+
+@pytest.mark.parametrize("media_type", ["application/json", None])
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+@pytest.mark.parametrize("route", ["messages", "chat", "responses"])
+async def test_a_compressed_answer_is_decoded_and_judged(route: str, coding: str, media_type: str | None) -> None:
+    """Before, a content-encoded answer went on unjudged (with a WARNING), the server's call in it."""
+    first, last, _, _ = calling(route)
+    model = ScriptedModel(compressed(orjson.dumps(first), coding, media_type), plain(last, None))
+    assert (await final_text(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])]), route)).endswith(
+        "The value is v."
+    )
+    assert len(model.requests) == 2
+
+
+async def test_a_compressed_live_stream_is_judged_and_one_the_middleware_cannot_decode_is_refused() -> None:
+    _, _, first, last = calling("messages")
+    events = compressed(b"".join(first), "gzip", "text/event-stream")
+    model = ScriptedModel(events, plain_stream(last, "text/event-stream"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    async with serving(app) as url:
+        claude = anthropic.AsyncAnthropic(base_url=url, api_key="test-key", max_retries=0)
+        async with claude.messages.stream(model="m", max_tokens=50, messages=USER) as stream:
+            final = await stream.get_final_message()
+        assert [block.type for block in final.content] == ["text"] and len(model.requests) == 2
+
+        brotli = Response(b"\x8b\x02\x80not really", media_type="application/json", headers={"content-encoding": "br"})
+        model.script = [brotli]
+        with pytest.raises(anthropic.InternalServerError, match="content-encoded and could not be read: br is not"):
+            await claude.messages.create(model="m", max_tokens=50, messages=USER)

@@ -144,7 +144,11 @@ def crash(request: RecordedRequest) -> Any:
         (lambda: crash, 500, "the model app failed: RuntimeError"),
         (lambda: JSONResponse({"error": "internal"}, 500), 500, '{"error":"internal"}'),
         (lambda: Response(b"{broken", media_type="application/json"), 200, "{broken"),
-        (lambda: StreamingResponse(iter([b"data: 1\n\n"]), media_type="text/event-stream"), 200, "data: 1"),
+        (
+            lambda: StreamingResponse(iter([b"data: 1\n\n"]), media_type="text/event-stream"),
+            500,
+            "the model app answered a call that did not stream with an event stream",
+        ),
         (hang, 504, "did not answer within app_timeout=0.1 s"),
     ],
     ids=["raises", "answers 500", "invalid json", "streams", "hangs"],
@@ -460,18 +464,18 @@ async def test_an_app_that_fails_mid_answer_gives_the_client_one_response_start(
 
 
 async def test_the_loop_timeout_does_not_cut_an_answer_already_going_to_the_client(route: Route) -> None:
-    async def events() -> Any:
-        yield b"data: part 1\n\n"
+    async def lines() -> Any:  # neither JSON nor events: it goes on as it comes
+        yield b"part 1\n"
         await asyncio.sleep(0.2)
-        yield b"data: part 2\n\n"
+        yield b"part 2\n"
 
-    model = ScriptedModel(lambda request: StreamingResponse(events(), media_type="text/event-stream"))
+    model = ScriptedModel(lambda request: StreamingResponse(lines(), media_type="text/plain"))
     raw = orjson.dumps(route.request())
     client = Client(raw)
     app = AgenticLoopMiddleware(model, hooks=[ToolHook()], loop_timeout=0.05, app_timeout=0.05)
     await app(http_scope(route.path, raw), client.receive, client.send)
     assert len(client.starts) == 1
-    assert client.body == b"data: part 1\n\ndata: part 2\n\n"
+    assert client.body == b"part 1\npart 2\n"
 
 
 async def test_a_gates_scribbles_on_the_final_answer_are_not_sent_after_reruns(route: Route) -> None:

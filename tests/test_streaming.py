@@ -13,9 +13,11 @@ from conftest import anthropic_client, http_scope, openai_client
 from starlette.responses import StreamingResponse
 from support import Route, ToolHook
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.gateway import serving
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, tool_call, tool_use
 
+USER: Any = [{"role": "user", "content": "go"}]
 USAGE = {"input_tokens": 30, "output_tokens": 7, "cache_read_input_tokens": 4}
 CHAT_USAGE = {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37}
 
@@ -239,15 +241,22 @@ async def test_an_answer_the_stream_cannot_carry_ends_the_stream_with_an_error_e
     assert b"could not be streamed" in b"".join(m.get("body", b"") for m in messages)
 
 
-async def test_buffered_an_app_that_streams_anyway_reaches_the_client_as_it_streamed() -> None:
-    route = Route("messages")
-    events = (
-        b'event: message_start\ndata: {"type":"message_start"}\n\n'
-        b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+async def test_buffered_an_app_that_streams_anyway_is_judged_as_the_answer_its_stream_holds() -> None:
+    """Called without streaming, the app streams anyway: its events are read whole as the answer they hold, so the
+    server's call is run, never sent (before, the stream went to the client as it was, the server's call in it)."""
+    model = ScriptedModel(
+        *[
+            StreamingResponse(iter(list(sse.messages_events(body))), media_type="text/event-stream")
+            for body in messages_script()
+        ]
     )
-    model = ScriptedModel(lambda request: StreamingResponse(iter([events]), media_type="text/event-stream"))
     app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming="buffered")
-    sent, task = raw_exchange(app, route, route.request(stream=True))
-    await asyncio.wait_for(task, 5)
-    body = b"".join(m.get("body", b"") for m in [sent.get_nowait() for _ in range(sent.qsize())])
-    assert body == events
+    async with serving(app) as url:
+        claude = anthropic.AsyncAnthropic(base_url=url, api_key="test-key", max_retries=0)
+        async with claude.messages.stream(model="m", max_tokens=50, messages=USER) as stream:
+            final = await stream.get_final_message()
+
+    assert [block.type for block in final.content] == ["thinking", "text", "tool_use"]
+    assert final.content[2].id == "toolu_client"  # type: ignore[union-attr]
+    assert len(model.requests) == 2 and "stream" not in model.requests[0].body
+    assert final.usage.input_tokens == 60  # summed: the answers were read, not passed on

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from ..sse_reader import ServerSentEvent
+from ..sse_reader import ServerSentEvent, SSEReader
 
 if TYPE_CHECKING:
     from ..native import NativeCall, NativeFormat, NativeRun
@@ -286,6 +286,24 @@ class Surface(ABC):
     def relay(self, stream_options: Any) -> StreamRelay | None:
         """A relay for one live stream, given the client's `stream_options`; None: this format streams buffered."""
         return None
+
+    def accumulated(self, raw: bytes) -> dict[str, Any] | bytes:
+        """The answer a whole event stream of this route holds, as the app returns it without streaming: how an
+        event stream answering a call that did not stream is judged. Bytes: the stream's own error event, as the
+        route's error body. Raises ValueError for a stream that is not a complete answer of this route."""
+        relay = self.relay(None)
+        if relay is None:
+            raise ValueError("this route has no reader for its streams")
+        relay.begin_round()
+        try:
+            for event in SSEReader().feed(raw):
+                relay.feed(event)
+        except AppStreamError as error:
+            return error.body
+        body = relay.body()
+        if body is None:
+            raise ValueError("it ended before its answer was complete")
+        return body
 
     def streaming_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """The request body of a live call: what the relay needs from the app added (chat asks for usage)."""
