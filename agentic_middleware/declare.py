@@ -18,6 +18,7 @@ import orjson
 from .concurrency import awaitable
 from .errors import ConfigurationError
 from .native import NativeOptions
+from .payload import unread_input
 from .schema import description_of, fitted, function_schema
 from .surfaces import ToolResult, surfaces
 
@@ -57,8 +58,12 @@ class ServerTool:
         self, arguments: Any, timeout: float, logging_obj: Any, native: NativeOptions | None = None
     ) -> ToolResult:
         """Run once; a failure or a timeout becomes an error result the model can read."""
-        if not isinstance(arguments, dict):
-            return ToolResult(f"{self.name} needs a JSON object of arguments, got {arguments!r}", True)
+        unread = unread_input(arguments)
+        if unread is not None or not isinstance(arguments, dict):
+            written = unread if unread is not None else arguments if isinstance(arguments, str) else None
+            if written is None:
+                written = orjson.dumps(arguments, default=repr).decode()
+            return ToolResult(f"{self.name} needs a JSON object of arguments, got {written!r}", True)
         if self.wants_request:
             arguments = {**arguments, REQUEST_PARAMETER: logging_obj}
         if self.wants_native:

@@ -7,6 +7,16 @@ from typing import Any
 
 import orjson
 
+UNREAD = "_raw"
+"""The one key of a streamed call's input that did not join into JSON (`{"_raw": text}`), as LiteLLM's own streaming
+agentic loop holds it: hooks that read `input.get(...)` keep working, and a server tool is not run on it."""
+
+
+def unread_input(value: Any) -> str | None:
+    """The text of a call's input that was not JSON (`{"_raw": text}`); None for any other input."""
+    text = value.get(UNREAD) if isinstance(value, dict) and len(value) == 1 else None
+    return text if isinstance(text, str) else None
+
 
 class JSONObject(dict[str, Any]):
     """A JSON object that also answers attribute access, as the SDKs' typed objects do.

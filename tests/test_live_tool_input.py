@@ -90,3 +90,34 @@ async def test_a_claimed_call_with_input_that_is_not_json_gives_the_model_an_err
     result = results["content"][0]
     assert result["tool_use_id"] == "toolu_broken" and result["is_error"] is True
     assert BROKEN in str(result["content"])  # the model reads what it wrote
+
+
+class QueryReader:
+    """A gate written for LiteLLM: it reads `input.get(...)` on every `tool_use` block of the answer, as LiteLLM's own
+    streaming loop lets it (there, input that is not JSON is `{"_raw": text}`)."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+
+    async def async_should_run_agentic_loop(self, response: Any, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+        for block in response["content"]:
+            if block["type"] == "tool_use":
+                block["input"].get("city")
+                self.inputs.append(block["input"])
+        return False, {}
+
+    async def async_build_agentic_loop_plan(self, **arguments: Any) -> Any:
+        raise AssertionError("never asked: the gate says no")
+
+
+async def test_a_gate_reading_input_get_sees_input_that_is_not_json_as_litellm_gives_it() -> None:
+    """Before, hooks got the text itself: `input.get` raised, the stream ended in an error, the client's call lost."""
+    events = broken_call("client_lookup")
+    model = ScriptedModel(event_stream(events))
+    gate = QueryReader()
+    app = AgenticLoopMiddleware(model, hooks=[gate, ServerTools([weather])])
+
+    final = await final_message(app)
+
+    assert sdk_dump(final) == sdk_dump(await anthropic_final(events))  # the client's call, as the app sent it
+    assert gate.inputs == [{"_raw": BROKEN}]

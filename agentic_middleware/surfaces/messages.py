@@ -10,7 +10,7 @@ import orjson
 from .. import sse
 from ..native import NativeCall, NativeFormat, NativeRun
 from ..native.messages import MessagesNative, cited, pair, server_id, server_tool_use
-from ..payload import JSONObject
+from ..payload import UNREAD, JSONObject, unread_input
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Claims, Pieces, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
 
@@ -342,23 +342,25 @@ def _text_rest(sent: Any, final: Any) -> str | None:
 
 
 def _tool_input(text: str) -> Any:
-    """A streamed call's input: the JSON its `input_json_delta`s join into, else their text as it came.
+    """A streamed call's input: the JSON its `input_json_delta`s join into, else `{"_raw": text}`.
 
     A model may stream input that is not JSON (cut short, say). The client's SDK accumulates such a stream without
-    error, so it is no reason to end the stream: a call the client runs reaches it as the app sent it, and a claimed
-    call's tool is given the text, which is not an object of arguments, so the model reads an error result (as with
-    a chat or Responses call whose `arguments` are not JSON).
+    error, so it is no reason to end the stream: a call the client runs reaches it as the app sent it. Hooks get the
+    text as LiteLLM's own streaming loop gives it to them, in an object under `_raw` (so `input.get(...)` works), and
+    a claimed call's tool is not run on it: the model reads an error result quoting the text (as with a chat or
+    Responses call whose `arguments` are not JSON).
     """
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
-        return text
+        return {UNREAD: text}
 
 
 def _as_history(call: dict[str, Any]) -> dict[str, Any]:
     """A claimed call as the app's history holds it: a `tool_use` input must be an object, so input that was not
-    one is sent as `{}` (its tool result, an error, quotes what the model wrote)."""
-    return call if isinstance(call.get("input"), dict) else {**call, "input": {}}
+    one, or not JSON at all, is sent as `{}` (its tool result, an error, quotes what the model wrote)."""
+    value = call.get("input")
+    return call if isinstance(value, dict) and unread_input(value) is None else {**call, "input": {}}
 
 
 def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
