@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .asgi import Headers, ResponseCapture, replay, with_length
@@ -60,6 +62,24 @@ class Answer:
             return Reply(self.start, self.raw)
         headers = with_length(self.start["headers"], len(self.raw)) if self.rewritten else self.start["headers"]
         return Reply({**self.start, "headers": [*headers, *extra_headers]}, self.raw)
+
+
+def _leniently(start: Message, raw: bytes, rewritten: bool) -> Answer:
+    """A 2xx JSON answer strict JSON refuses, as the SDKs read it: they parse with Python's `json`, which takes a byte
+    order mark, UTF-16 and UTF-32, `NaN` and `Infinity`. What they read as an object is judged as that (re-encoded as
+    strict JSON, `NaN` as `null`); what they cannot read as one holds no call for them and goes on as sent; what
+    cannot be written as strict JSON (a lone surrogate, an integer past 64 bits) cannot be judged and is refused."""
+    try:
+        value = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError included
+        return Answer(start, raw, None, rewritten)
+    if type(value) is not dict:
+        return Answer(start, raw, None, rewritten)
+    try:
+        strict = orjson.dumps(value)
+    except orjson.JSONEncodeError as error:
+        raise ModelAppError(f"the model app's answer is JSON the middleware cannot read: {error}") from None
+    return Answer({**start, "headers": with_length(start["headers"], len(strict))}, strict, parse_object(strict), True)
 
 
 class Dispatcher:
@@ -154,4 +174,7 @@ class Dispatcher:
             raise broke
         if not capture.readable:
             return Answer(capture.start, capture.body, None, capture.rewritten)
-        return Answer(capture.start, capture.body, parse_object(capture.body), capture.rewritten)
+        data = parse_object(capture.body)
+        if data is None:
+            return _leniently(capture.start, capture.body, capture.rewritten)
+        return Answer(capture.start, capture.body, data, capture.rewritten)

@@ -22,6 +22,7 @@ SNIFF_BYTES = 1024
 """The most bytes held to decide; a body still undecided then (white space alone, say) is neither."""
 
 _BOM = b"\xef\xbb\xbf"
+_UTF16_OBJECTS = (b"\xff\xfe{\x00", b"\xfe\xff\x00{")
 _FIELDS = (b"data", b"event", b"id", b"retry")
 _JSON_SPACE = b" \t\r\n"
 
@@ -33,7 +34,9 @@ def sniffed(head: bytes, complete: bool) -> str | None:
     `complete`: `head` is the whole body. The caller holds white space that opens a body however long it is, and
     passes it as one byte (a space, or a line end when it is only line ends)."""
     start = head.lstrip(_JSON_SPACE)
-    if start[:1] == b"{":
+    if start[:1] == b"{" or start.removeprefix(_BOM).lstrip(_JSON_SPACE)[:1] == b"{":  # the SDKs' json takes a BOM
+        return JSON
+    if head.startswith(_UTF16_OBJECTS):  # and UTF-16 opened by its byte order mark
         return JSON
     waiting = not complete and len(head) < SNIFF_BYTES
     line = head.removeprefix(_BOM).lstrip(b"\r\n")  # blank lines may open a stream

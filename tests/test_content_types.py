@@ -305,3 +305,38 @@ async def test_a_compressed_live_stream_is_judged_and_one_the_middleware_cannot_
         model.script = [brotli]
         with pytest.raises(anthropic.InternalServerError, match="content-encoded and could not be read: br is not"):
             await claude.messages.create(model="m", max_tokens=50, messages=USER)
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda body: b"\xef\xbb\xbf" + orjson.dumps(body),  # a byte order mark
+        lambda body: orjson.dumps(body).replace(b'"output_tokens":', b'"cost":NaN,"output_tokens":'),
+        lambda body: orjson.dumps(body).decode().encode("utf-16"),
+    ],
+    ids=["bom", "nan", "utf-16"],
+)
+@pytest.mark.parametrize("media_type", ["application/json", "text/plain; charset=utf-16"])
+async def test_json_the_sdks_read_though_strict_json_refuses_is_judged(media_type: str | None, encode: Any) -> None:
+    """The SDKs read answers with Python's json, which takes these; before, the middleware passed them on unjudged
+    (and without a WARNING when typed JSON), the server's call in them."""
+    first, last, _, _ = calling("messages")
+    model = ScriptedModel(Response(encode(first), media_type=media_type), plain(last, None))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    assert await final_text(app, "messages") == "The value is v."
+    assert len(model.requests) == 2
+
+
+async def test_json_that_cannot_be_judged_is_refused_and_json_no_one_reads_goes_on_as_sent() -> None:
+    first, _, _, _ = calling("messages")
+    surrogate = orjson.dumps(first).replace(b'"type":"tool_use"', b'"type":"tool_use","note":"\\ud800"')
+    model = ScriptedModel(Response(surrogate, media_type="application/json"), Response(b"{broken", media_type=None))
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])]))
+    )
+    body = {"model": "m", "max_tokens": 5, "messages": USER}
+    refused = await client.post("http://gateway/v1/messages", json=body)
+    assert refused.status_code == 500 and b"lookup" not in refused.content
+    assert "JSON the middleware cannot read" in refused.json()["error"]["message"]
+    broken = await client.post("http://gateway/v1/messages", json=body)
+    assert (broken.status_code, broken.content) == (200, b"{broken")

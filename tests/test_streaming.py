@@ -11,6 +11,7 @@ import orjson
 import pytest
 from conftest import anthropic_client, http_scope, openai_client
 from starlette.responses import StreamingResponse
+from streams import anthropic_final, sdk_dump
 from support import Route, ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
@@ -260,3 +261,19 @@ async def test_buffered_an_app_that_streams_anyway_is_judged_as_the_answer_its_s
     assert final.content[2].id == "toolu_client"  # type: ignore[union-attr]
     assert len(model.requests) == 2 and "stream" not in model.requests[0].body
     assert final.usage.input_tokens == 60  # summed: the answers were read, not passed on
+
+
+@pytest.mark.parametrize("end", [b"\n", b""], ids=["one line end", "none"])
+async def test_a_messages_stream_whose_last_event_is_not_dispatched_ends_as_the_sdk_reads_it(end: bytes) -> None:
+    """The HTML standard dispatches no event without its blank line, so `message_stop` is not read; the anthropic SDK
+    reads the message whole anyway (it needs only `message_delta`). Before, the middleware ended such a stream with an
+    error event."""
+    events = b"".join(sse.messages_events(message("Hi.", tool_use("client_tool", {"a": 1}), usage=USAGE)))
+    cut = events.removesuffix(b"\n\n") + end
+    model = ScriptedModel(StreamingResponse(iter([cut]), media_type="text/event-stream"))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    async with serving(app) as url:
+        claude = anthropic.AsyncAnthropic(base_url=url, api_key="test-key", max_retries=0)
+        async with claude.messages.stream(model="m", max_tokens=50, messages=USER) as stream:
+            final = await stream.get_final_message()
+    assert sdk_dump(final) == sdk_dump(await anthropic_final([cut]))

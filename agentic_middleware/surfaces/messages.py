@@ -301,7 +301,10 @@ class MessagesRelay(StreamRelay):
         return events
 
     def body(self) -> dict[str, Any] | None:
-        if self.message is None or not self.stopped:
+        # Ended by `message_stop`, or by the `message_delta` that gives the stop reason: nothing comes after it but
+        # the empty `message_stop`, which the anthropic SDK does not wait for (a stream whose last event lacks the
+        # blank line that dispatches it, as the HTML standard reads it, ends so).
+        if self.message is None or not (self.stopped or self.message.get("stop_reason") is not None):
             return None
         return {**self.message, "content": [self.blocks[index] for index in sorted(self.blocks)]}
 
