@@ -207,16 +207,17 @@ class ResponseCapture:
         if self.forwarded:
             await self.client_send(message)
         elif message["type"] == "http.response.start":
+            judging = self.read_stream is not None  # None: a call no hook judges (the guardrails judged the request)
             self.readable = is_readable_json(message)
-            self.stream = not self.readable and is_event_stream(message)
-            self.encoding = None if self.readable or self.stream else encoding_to_read(message)
+            self.stream = judging and not self.readable and is_event_stream(message)
+            self.encoding = None if not judging or self.readable or self.stream else encoding_to_read(message)
             self.sniffing = not (self.readable or self.stream) and self.encoding is None and sniffable(message)
             held = self.readable or self.stream or self.sniffing or self.encoding is not None
             if held or not self.forward_allowed or message["status"] in self.kept:
                 self.start = message
             else:
                 await self.forward(message)
-            if not held:
+            if not held and judging:
                 self.unjudged = unjudged_reason(message)
         elif message["type"] == "http.response.body" and self.start is not None and not self.oversize:
             chunk = message.get("body", b"")
@@ -267,6 +268,11 @@ class ResponseCapture:
     async def as_event_stream(self) -> bool:
         """The answer's first bytes are an event stream's though its type did not say: held whole and read at its
         end, here (a call that did not stream); True: the capture goes on holding it."""
+        assert self.start is not None
+        if self.read_stream is None:  # a call no hook judges: its stream goes on as it comes
+            await self.forward(self.start)
+            await self.client_send({"type": "http.response.body", "body": self.body, "more_body": not self.complete})
+            return False
         self.readable = False
         self.stream = True
         if self.complete:

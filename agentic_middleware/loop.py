@@ -121,7 +121,13 @@ class AgenticLoop(AskingHooks):
         self.send = send
         self.body = body
         self.dispatch = Dispatcher(
-            setup.app, scope, receive, send, settings.max_body_bytes, settings.app_timeout, surface.accumulated
+            setup.app,
+            scope,
+            receive,
+            send,
+            settings.max_body_bytes,
+            settings.app_timeout,
+            None if checks_only else surface.accumulated,  # a call no hook judges is never read as a stream
         )
         self.limit = settings.max_agentic_loops
         self.depth = 0
