@@ -113,7 +113,7 @@ class Dispatcher:
         self.deadline: asyncio.Timeout | None = None  # loop_timeout, of the whole loop: set by the loop
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
         self.kept: frozenset[int] = frozenset()  # statuses of answers kept for the loop to judge (`retries.py`)
-        self.heard = False  # the last call's stream gave the relay an event: a retry of it would repeat what was sent
+        self.heard = False  # the last call's stream sent the client an event: a retry of it would repeat that
         self.capture: Callable[..., ResponseCapture] = ResponseCapture  # how each answer is read (`LiveStream`'s live)
 
     def set_headers(self, headers: Headers) -> None:

@@ -261,13 +261,13 @@ class RoundCapture(ResponseCapture):
                 assert self.reader is not None
                 for event in self.reader.feed(chunk):
                     out += self.live.relay.feed(event)
-                    self.heard = True
             except AppStreamError as error:
                 self.failure = error.body
             except Exception as error:
                 message_text = f"the model app's stream could not be read: {type(error).__name__}: {error}"
                 self.failure = self.live.surface.error_body(502, message_text, "model_app_error")
-            if out:
+            if out:  # what the relay held or dropped (a rerun's own message_start) never reached the client
+                self.heard = True
                 await self.live.send(out[0] if len(out) == 1 else b"".join(out))
         if message.get("more_body", False):
             return

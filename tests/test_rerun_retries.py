@@ -225,6 +225,53 @@ async def test_a_rerun_stream_whose_first_event_is_an_overload_error_is_retried(
     assert text == "The value is v." and len(model.requests) == 3
 
 
+def cut_after(events: list[bytes]) -> Any:
+    """A stream of these events that then breaks off, as an upstream connection reset mid-stream."""
+
+    async def cut() -> Any:
+        for event in events:
+            yield event
+        raise ConnectionResetError("upstream went away")
+
+    return lambda request: event_stream(cut())
+
+
+NEVER_SENT = {
+    "messages-overload-after-message_start": (
+        "messages",
+        lambda: event_stream(
+            [
+                *list(sse.messages_events(message("never sent")))[:1],
+                sse.messages_ping(),
+                sse.messages_error("overloaded_error", "Overloaded"),
+            ]
+        ),
+    ),
+    "messages-cut-in-a-held-tool-call": (
+        "messages",
+        lambda: cut_after(list(sse.messages_events(message(tool_use("lookup", {"key": "again"}))))[:3]),
+    ),
+    "responses-cut-after-in_progress": (
+        "responses",
+        lambda: cut_after(list(sse.responses_events(response("never sent")))[:2]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NEVER_SENT))
+async def test_a_rerun_stream_that_fails_after_events_the_client_never_gets_is_retried(case: str) -> None:
+    """A rerun's own lifecycle start never reaches the client (it has the first round's), nor does a tool call
+    held until its round ends: a stream that fails after only those has sent nothing, so it is retried like one
+    that fails before its first event, and the client's stream reads as if the failure never happened."""
+    route, failure = NEVER_SENT[case]
+    records: list[RoundRecord] = []
+    model = ScriptedModel(first(route, True), failure(), final(route, True))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], on_round=records.append)
+    text, _ = await ask(app, route, True)
+    assert text == "The value is v." and RUNS == ["k"] and len(model.requests) == 3
+    assert records[-1].retries == 1
+
+
 async def test_a_rerun_stream_that_breaks_after_an_event_is_not_retried() -> None:
     events = list(sse.messages_events(message("Half of it")))
 
