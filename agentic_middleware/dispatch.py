@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .asgi import Headers, ResponseCapture, replay, with_length
+from .asgi import Headers, replay, with_length
+from .capture import ResponseCapture
 from .errors import ModelAppError, ModelAppTimeout
 from .payload import dumps, parse_object
 from .sniff import warn_unjudged

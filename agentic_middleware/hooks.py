@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from .concurrency import awaitable
 from .errors import ConfigurationError, HookError, RequestRefused
-from .precall import PRE_CALL_METHODS
 
 
 @dataclass
@@ -154,6 +153,12 @@ class AgenticHook:
 
 CustomLogger = AgenticHook
 """LiteLLM's name for the same class, so ported hooks change only their imports."""
+
+# LiteLLM's pre-call lifecycle (precall.py): a guardrail's method and the two pre-call hooks.
+GUARDRAIL = "apply_guardrail"
+DEPLOYMENT_HOOK = "async_pre_call_deployment_hook"
+PRE_REQUEST_HOOK = "async_pre_request_hook"
+PRE_CALL_METHODS = (GUARDRAIL, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
 
 HOOK_METHODS = (
     "async_pre_agentic_loop_request_hook",

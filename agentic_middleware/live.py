@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 from starlette.types import Message, Send
 
-from .asgi import Headers, ResponseCapture, json_start
+from .asgi import Headers, json_start
+from .capture import ResponseCapture
 from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply

@@ -2,7 +2,9 @@
 
 Each round reads the model app's whole answer (buffered, or forwarded live as it is read: `live.py`), asks
 the hooks in order, and either ends with one response to the client or re-dispatches a patched request to
-the app. What each round asks the hooks, and how their plans become the next request, is in `asking.py`.
+the app. What each round asks the hooks, and how their plans become the next request, is in `asking.py`; the
+hooks of the request's two ends and `call_hook` in `ends.py`; the reply it ends with in `replies.py`; what every
+loop of one middleware shares in `loop_setup.py`.
 """
 
 from __future__ import annotations
@@ -10,84 +12,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import os
-from collections.abc import Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from .asgi import json_start
-from .asking import REQUEST_HOOK, AskingHooks, Closing, Rerun
-from .config import Settings, loop_limit
+from .asking import AskingHooks, Closing, Rerun
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
-from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout, RequestRefused
-from .hooks import BoundHook
+from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
 from .live import LiveStream
-from .observe import (
-    ENDED_BY_HEADER,
-    RERUNS_HEADER,
-    RETRIES_HEADER,
-    STOP_REASON_HEADER,
-    Observer,
-    RoundRecord,
-    set_attributes,
-    sum_usage,
-)
-from .payload import JSONObject, parse_object
-from .precall import has_pre_call, idle_guardrail, is_guardrail
+from .loop_setup import LoopSetup as LoopSetup
+from .observe import RoundRecord, set_attributes
+from .replies import Replies
 from .retries import dispatched as retried
+from .settings import loop_limit
 from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
-
-if TYPE_CHECKING:
-    from .chains import Chains
-
-logger = logging.getLogger("agentic_middleware")
 
 # Call ids: unique per process by a random prefix, cheap to make for every request.
 _call_ids = itertools.count(1)
 _CALL_ID_PREFIX = os.urandom(6).hex()
 
 
-class LoopSetup:
-    """What every loop of one middleware shares, prepared once when the middleware is built."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        hooks: Sequence[BoundHook],
-        settings: Settings,
-        observer: Observer,
-        chains: Chains | None = None,
-    ) -> None:
-        self.app = app
-        self.chains = chains  # follow-ups by id after an incomplete Responses turn (chains.py)
-        self.hooks = hooks
-        self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
-        self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle
-        self.guardrail_hooks = [hook for hook in hooks if is_guardrail(hook)]  # they judge every request
-        for hook in hooks:
-            if (event := idle_guardrail(hook)) is not None:
-                logger.warning(
-                    "guardrail %s has event_hook %r: only pre_call and during_call guardrails judge requests here, "
-                    "so it will never act",
-                    hook.name,
-                    event,
-                )
-        self.internal_headers = settings.header_templates()
-        self.settings = settings
-        self.observer = observer
-
-
-class AgenticLoop(AskingHooks):
+class AgenticLoop(AskingHooks, Replies):
     """Holds one client request's state from its first dispatch to its one response.
 
-    Its rounds are here; what each round asks the hooks, and the hooks of the request's two ends, are in
-    `asking.py`.
+    Its rounds are here; what each round asks the hooks is in `asking.py`, the hooks of the request's two ends in
+    `ends.py`, the reply it ends with in `replies.py`.
     """
 
     def __init__(
@@ -270,31 +224,6 @@ class AgenticLoop(AskingHooks):
             )
         return self.accounted(answer)
 
-    def accounted(self, answer: Answer) -> Reply:
-        """The final reply: the usage of every model call summed, and headers that say how the loop went."""
-        if self.depth == 0 and self.stop_reason == "finished":
-            return answer.reply()  # no hook acted: the app's own bytes and headers
-        if self.depth and self.settings.sum_usage and answer.data is not None:
-            # From the bytes unless a hook rewrote them on purpose (a gate's edits of its `response` are not sent);
-            # a pydantic body (an SDK object) is read back from the bytes it was written as.
-            rewritten = answer.rewritten and isinstance(answer.data, dict)
-            data = answer.data if rewritten else parse_object(answer.raw)
-            if data is not None:
-                # What post hooks added (a server tool's own counters) counts on top of every call's usage.
-                answer = answer.replaced(JSONObject(data, usage=sum_usage([self.hooks_usage, *self.usages])))
-        return answer.reply(self.loop_headers())
-
-    def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:
-        headers = [
-            (RERUNS_HEADER, str(self.depth).encode()),
-            (ENDED_BY_HEADER, (ended_by or self.stop_reason).encode()),
-        ]
-        if retries := self.retried + self.round.retries:
-            headers.append((RETRIES_HEADER, str(retries).encode()))
-        if self.plan_stop_reason:
-            headers.append((STOP_REASON_HEADER, self.plan_stop_reason.encode("latin-1", "replace")))
-        return headers
-
     async def rounds(self, raw: bytes) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
         self.limit = self.request_limit()  # set by an outer middleware, if any
@@ -409,22 +338,6 @@ class AgenticLoop(AskingHooks):
         self.usages.append(usage)
         self.round.usage = usage
         return answer
-
-    def error_reply(self, error: LoopError) -> Reply:
-        self.stop_reason = error.ended_by
-        if isinstance(error, HookError):
-            self.round.hook = error.hook
-        refused = error if isinstance(error, RequestRefused) else None
-        if refused is not None:  # the client's request, not a fault here: no traceback a client could fill logs with
-            self.logging_obj.logger.warning("agentic loop refused the request (%d): %s", refused.status, refused)
-        else:
-            self.logging_obj.logger.error("agentic loop failed: %s", error, exc_info=error.__cause__ or error)
-        message = str(error) if self.settings.error_details else f"{error.summary} (call id {self.call_id})"
-        body = self.surface.error_body(error.status, message, error.code, refused.param if refused else None)
-        headers = self.loop_headers()
-        if refused is not None:  # a guardrail's own headers (a 429's retry-after)
-            headers += refused.headers
-        return Reply(json_start(error.status, len(body), headers), body)
 
 
 _NO_SPAN = contextlib.nullcontext()

@@ -18,7 +18,8 @@ from .config import Settings, load_config, merged, resolve_hooks, warn_if_litell
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
 from .lifespan import HookLifecycle
-from .loop import AgenticLoop, LoopSetup
+from .loop import AgenticLoop
+from .loop_setup import LoopSetup
 from .observe import Observer, RoundCallback
 from .precall import has_pre_call
 from .routes import warn_uncovered

@@ -23,14 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import HookError, RequestRefused, refusal_of
 from .guardrail_inputs import GuardrailView, skips
+from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, PRE_REQUEST_HOOK
 
 if TYPE_CHECKING:
     from .hooks import AgenticLoopLogging, BoundHook
 
-GUARDRAIL = "apply_guardrail"
-DEPLOYMENT_HOOK = "async_pre_call_deployment_hook"
-PRE_REQUEST_HOOK = "async_pre_request_hook"
-PRE_CALL_METHODS = (GUARDRAIL, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
 
 # LiteLLM's `call_type` for each wire format's SDK call.
 CALL_TYPES = {"anthropic_messages": "anthropic_messages", "chat_completions": "acompletion", "responses": "aresponses"}

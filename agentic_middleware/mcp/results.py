@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from ..surfaces import Image, ToolResult
+from ..tool_results import Image, ToolResult
 
 
 def tool_result(result: Any) -> ToolResult:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import RequestRefused
-from ..surfaces import Source, ToolResult
+from ..tool_results import Source, ToolResult
 from . import domains
 from .domains import Rule
 

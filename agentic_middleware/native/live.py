@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
-from ..surfaces import ToolResult
+from ..tool_results import ToolResult
 from . import NativeCall, NativeRun
 
 RECORDS_KEY = "agentic_native_live"  # where a live request's records go, in its `logging_obj.model_call_details`

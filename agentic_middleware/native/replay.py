@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RequestRefused
-from ..surfaces import Source
+from ..tool_results import Source
 from . import decode_text, format_sources
 from .domains import shown
 

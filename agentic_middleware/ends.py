@@ -1,0 +1,258 @@
+"""The hooks of a request's two ends, and `call_hook`, through which every hook method is called.
+
+Before the first call: LiteLLM's pre-call lifecycle (`precall.py`) and the request hooks, which give the first body.
+After the last: each executed plan's post hook shapes the final answer, innermost first, then its cleanup hook.
+Every hook method, these and the rounds' gates and plans (`asking.py`), is called by `call_hook` within
+`hook_timeout`. `RequestEnds` is the base of `AskingHooks` and so of `AgenticLoop`: all read and change the one
+request's state, which is declared here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from time import perf_counter
+from typing import Any, NamedTuple
+
+from .disconnect import ClientWatch
+from .dispatch import Answer, Dispatcher
+from .encode import BodyEncoder
+from .errors import ConfigurationError, HookError, LoopError
+from .hooks import AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook
+from .live import LiveStream
+from .native.live import LiveRecords
+from .observe import Observer, RoundRecord, usage_added
+from .payload import wrap
+from .precall import model_call_details, run_pre_call
+from .settings import Settings, loop_limit
+from .stream import EventStream
+from .surfaces import Surface
+
+logger = logging.getLogger("agentic_middleware")
+
+REQUEST_HOOK = "async_pre_agentic_loop_request_hook"
+POST_HOOK = "async_post_agentic_loop_response_hook"
+CLEANUP_HOOK = "async_agentic_loop_cleanup_hook"
+
+
+def is_internal_field(name: str) -> bool:
+    """Body fields that only trusted server code may set; a client's are removed."""
+    return name == "max_agentic_loops" or name.startswith("_agentic_")
+
+
+class Rerun(NamedTuple):
+    """A plan being executed: who made it, with which method, and the kwargs it was given."""
+
+    hook: BoundHook
+    method: str
+    plan: Any
+    patch: AgenticLoopRequestPatch
+    kwargs: dict[str, Any]
+
+
+class RequestEnds:
+    """The hooks of a request's two ends, and `call_hook`: the base of `AskingHooks`, so of `AgenticLoop`; every
+    attribute below is set by `AgenticLoop.__init__`."""
+
+    # What the middleware prepared once (`LoopSetup`).
+    hooks: Sequence[BoundHook]
+    request_hooks: Sequence[BoundHook]
+    pre_call_hooks: Sequence[BoundHook]
+    guardrail_hooks: Sequence[BoundHook]
+    settings: Settings
+    observer: Observer
+    # The request.
+    surface: Surface
+    provider: str
+    scope: Any
+    call_id: str
+    body: dict[str, Any]
+    streaming: bool
+    events: EventStream | LiveStream | None
+    dispatch: Dispatcher
+    client: ClientWatch
+    # Its loop so far.
+    depth: int
+    limit: int
+    round: RoundRecord
+    stop_reason: str
+    plan_stop_reason: str | None
+    hooks_usage: Any
+    # What the hooks did to it.
+    seen: set[tuple[tuple[str, bytes], ...]]
+    closed: bool
+    patch_kwargs: dict[str, Any]
+    executed: list[Rerun]
+    _logging_obj: AgenticLoopLogging | None
+
+    @functools.cached_property
+    def encoder(self) -> BodyEncoder:
+        """Writes the bodies the loop sends itself; made for the first, as most requests send only the client's."""
+        return BodyEncoder(self.surface.messages_field)
+
+    def watch_client(self) -> None:
+        """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""
+        if self.client.watcher is None:
+            self.client.start()
+            self.dispatch.receive = self.client.after_body
+
+    @property
+    def logging_obj(self) -> AgenticLoopLogging:
+        """The request's `logging_obj`, made when a hook first needs it."""
+        if self._logging_obj is None:
+            self._logging_obj = AgenticLoopLogging(
+                litellm_call_id=self.call_id,
+                route=self.surface.name,
+                logger=logging.LoggerAdapter(logger, {"litellm_call_id": self.call_id}),
+                model_call_details=model_call_details(self.body, self.provider, self.dispatch.scope["state"]),
+            )
+            if isinstance(self.events, LiveStream):  # native records go out as each search completes
+                LiveRecords(self.events).keep(self._logging_obj.model_call_details)
+        return self._logging_obj
+
+    async def prepared(self, raw: bytes, guardrails_only: bool = False) -> bytes:
+        """The first request body after LiteLLM's pre-call lifecycle and every request hook, in hook order.
+
+        `guardrails_only`: a request that does not loop, judged by the guardrails alone (see `run_pre_call`)."""
+        changed_by = await self.pre_called(guardrails_only) if self.pre_call_hooks else None
+        await self.begin_stream()  # the guardrails have judged: a buffered stream may start (see `begin_stream`)
+        for hook in () if guardrails_only else self.request_hooks:
+            body = await self.call_hook(
+                hook, REQUEST_HOOK, request=self.body, logging_obj=self.logging_obj, kwargs=self.hook_kwargs()
+            )
+            if body is None:
+                continue
+            if not isinstance(body, dict):
+                raise HookError(hook.name, REQUEST_HOOK, f"returned {type(body).__name__}, not a request body")
+            self.body = {name: value for name, value in body.items() if not is_internal_field(name)}
+            changed_by = (hook.name, REQUEST_HOOK)
+        if changed_by is None:
+            return raw
+        try:
+            return self.encoder.encode(self.body)
+        except TypeError as error:
+            raise HookError(*changed_by, f"the request is not JSON: {error}") from None
+
+    async def begin_stream(self) -> None:
+        """A buffered stream's 200 and keep-alives start once the guardrails have judged the request, so that a
+        guardrail's refusal keeps its status; a live stream starts with the app's first answer."""
+        if self.events is not None and not self.events.opened:
+            await self.events.open()
+
+    async def pre_called(self, guardrails_only: bool = False) -> tuple[str, str]:
+        """LiteLLM's pre-call lifecycle (see `precall`): the body it gives, and the keys and limit it sets; with
+        `guardrails_only`, the body the guardrails leave (a stream that passes by stays one: the app streams it)."""
+        if guardrails_only:
+            hooks, stream = self.guardrail_hooks, self.body.get("stream") is True
+            options = self.body.get("stream_options")
+        else:
+            hooks, stream = self.pre_call_hooks, self.streaming
+            options = self.events.stream_options if self.events is not None else None
+        result = await run_pre_call(
+            hooks,
+            self.body,
+            stream=stream,
+            stream_options=options,
+            api_surface=self.surface.api_surface,
+            provider=self.provider,
+            call_id=self.call_id,
+            logging_obj=self.logging_obj,
+            call=self.call_hook,
+            state=self.dispatch.scope["state"],
+            guardrails_only=guardrails_only,
+        )
+        if guardrails_only:
+            self.body = result.body
+            return ", ".join(hook.name for hook in hooks), "apply_guardrail"
+        if self.streaming and not result.stream:  # turned into a non-stream: the app answers whole (buffered)
+            result.body = {
+                name: value for name, value in result.body.items() if name not in ("stream", "stream_options")
+            }
+        self.streaming = result.stream  # what gates see; a client's stream is still answered as one
+        self.patch_kwargs.update(result.carried)
+        if "max_agentic_loops" in result.carried:
+            try:
+                self.limit = loop_limit(result.carried["max_agentic_loops"], "the pre-call kwargs")
+            except ConfigurationError as error:
+                raise LoopError(str(error)) from None
+        # Always sent anew: a hook may have edited the request's lists or objects in place.
+        self.body = result.body
+        return ", ".join(hook.name for hook in self.pre_call_hooks), "pre-call lifecycle"
+
+    async def unwind(self, answer: Answer) -> Answer:
+        """Give each executed plan's post hook the final answer, innermost first, then its cleanup.
+
+        This is the order LiteLLM's nested follow-up calls give: each post hook shapes what its own follow-up
+        returned, which is the final answer.
+        """
+        before = answer.usage()
+        while self.executed:
+            step = self.executed.pop()
+            try:
+                answer = await self.post_processed(step, answer)
+            finally:
+                await self.clean_up_after(step)
+        if before is not None:
+            self.hooks_usage = usage_added(before, answer.usage())
+        return answer
+
+    async def post_processed(self, step: Rerun, answer: Answer) -> Answer:
+        if step.hook.methods[POST_HOOK] is None or answer.data is None:
+            return answer
+        result = await self.call_hook(step.hook, POST_HOOK, response=answer.data, plan=step.plan, kwargs=step.kwargs)
+        if result is None:
+            return answer
+        if type(result) is dict:
+            result = wrap(result)
+        elif not isinstance(result, Mapping) and not hasattr(result, "model_dump"):
+            raise HookError(step.hook.name, POST_HOOK, f"returned {type(result).__name__}, not a response")
+        try:
+            return answer.replaced(result)
+        except TypeError as error:
+            raise HookError(step.hook.name, POST_HOOK, f"returned a response that is not JSON: {error}") from None
+
+    def hook_kwargs(self) -> dict[str, Any]:
+        return {
+            **self.patch_kwargs,
+            "_agentic_loop_depth": self.depth,
+            "max_agentic_loops": self.limit,
+            "litellm_call_id": self.call_id,
+            "custom_llm_provider": self.provider,
+            "_agentic_loop_api_surface": self.surface.api_surface,
+            "scope": self.scope,
+        }
+
+    async def clean_up(self) -> None:
+        """The cleanup hooks of plans not unwound yet (after a failure), innermost first."""
+        while self.executed:
+            await self.clean_up_after(self.executed.pop())
+
+    async def clean_up_after(self, step: Rerun) -> None:
+        """One plan's cleanup hook; its failure is logged and does not change the response."""
+        if step.hook.methods[CLEANUP_HOOK] is None:
+            return
+        try:
+            await self.call_hook(step.hook, CLEANUP_HOOK, plan=step.plan, kwargs=step.kwargs)
+        except HookError as error:
+            self.logging_obj.logger.error("%s", error, exc_info=error.__cause__)
+
+    async def call_hook(self, hook: BoundHook, method: str, **arguments: Any) -> Any:
+        """Call a hook method within `hook_timeout`, timed into the round and traced when tracing is on."""
+        started = perf_counter()
+        timeout = self.settings.hook_timeout
+        try:
+            if self.observer.tracer is not None:
+                attributes = {"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
+                with self.observer.span(f"agentic_hook {method}", **attributes):
+                    async with asyncio.timeout(timeout):
+                        return await hook.call(method, **arguments)
+            if timeout is None:
+                return await hook.call(method, **arguments)
+            async with asyncio.timeout(timeout):
+                return await hook.call(method, **arguments)
+        except TimeoutError:
+            raise HookError(hook.name, method, f"timed out after hook_timeout={timeout:g} s") from None
+        finally:
+            self.round.hook_seconds += perf_counter() - started

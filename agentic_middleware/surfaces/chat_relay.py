@@ -1,0 +1,259 @@
+"""A Chat Completions stream relayed live across rounds, as one stream to the client (`ChatRelay`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from .. import sse
+from ..sse_reader import ServerSentEvent
+from . import AppStreamError, Pieces, StreamMismatch, StreamRelay
+
+_NOTHING: tuple[bytes, ...] = ()
+_TOP_FIELDS = ("system_fingerprint", "service_tier")
+_SET_FIELDS = frozenset({"role", "id", "type", "name", "index"})  # repeated whole, never appended to
+_SEPARATOR = "\n\n"  # between the text of two rounds, which a chat client reads as one string
+
+
+class ChatRelay(StreamRelay):
+    """A Chat Completions stream across rounds: one `id` and `created`, the role sent once per choice, the
+    text of later rounds set off from earlier text by a blank line, and one finish, usage and `[DONE]`.
+
+    Within a round, everything from the first tool call delta or `finish_reason` on is held; the usage
+    chunk (asked of the app for summing) is read, and reaches the client only if it asked for usage.
+    """
+
+    def __init__(self, include_usage: bool) -> None:
+        self.include_usage = include_usage
+        self.head: tuple[Any, Any] | None = None  # the client's `id` and `created`
+        self.opened: set[int] = set()  # choices whose role went out
+        # Choices with text from earlier rounds: the length of that text in the client's content, separators included.
+        self.before: dict[int, int] = {}
+        self.sent: dict[int, dict[str, Any]] = {}
+        self.holding = False
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        for index, message in self.sent_messages().items():
+            text = message.get("content")
+            if isinstance(text, str) and text:
+                self.before[index] = self.offset(index) + len(text)
+        self.sent = {}  # the messages as they stood when holding began: what the client has of this round
+        self.separated: set[int] = set()
+        self.holding = False
+        self.held: list[bytes] = []
+        self.top: dict[str, Any] | None = None
+        self.choices = {}
+        self.calls: dict[int, dict[int, dict[str, Any]]] = {}
+        self.usage: Any = None
+
+    def offset(self, index: int) -> int:
+        """Where this round's text of a choice begins in the client's content: after earlier rounds' text and the
+        blank line that sets it off."""
+        return self.before[index] + len(_SEPARATOR) if index in self.before else 0
+
+    def sent_messages(self) -> dict[int, dict[str, Any]]:
+        if self.holding:
+            return self.sent
+        return {index: _message(choice) for index, choice in self.choices.items()}
+
+    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        if event.data == b"[DONE]":
+            return _NOTHING
+        chunk = orjson.loads(event.data)
+        if chunk.get("error"):
+            raise AppStreamError(event.data)
+        if self.top is None:
+            self.top = {key: chunk.get(key) for key in ("id", "created", "model")}
+            self.top.update({key: chunk[key] for key in _TOP_FIELDS if key in chunk})
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices:
+            return _NOTHING  # the usage chunk: the client's comes at the end, summed
+        if not self.holding and any(
+            choice.get("finish_reason") is not None
+            or (choice.get("delta") or {}).keys() & {"tool_calls", "function_call"}
+            for choice in choices
+        ):
+            self.holding = True
+            self.sent = {index: _message(choice) for index, choice in self.choices.items()}
+        for choice in choices:
+            self.read_choice(choice)
+        client = self.client_chunk(event, chunk, choices)
+        if self.holding:
+            self.held.append(client)
+            return _NOTHING
+        return (client,)
+
+    def read_choice(self, choice: dict[str, Any]) -> None:
+        index = choice.get("index", 0)
+        state = self.choices.get(index)
+        if state is None:
+            state = self.choices[index] = {"message": {}, "pieces": {}, "finish_reason": None, "logprobs": None}
+        delta = choice.get("delta") or {}
+        calls = delta.get("tool_calls")
+        if calls:
+            known = self.calls.setdefault(index, {})
+            for call in calls:
+                _merge(known.setdefault(call.get("index", 0), {}), call)
+        pieces = state["pieces"]
+        for key, value in delta.items():
+            if isinstance(value, str) and key not in _SET_FIELDS:
+                text = pieces.get(key)
+                if text is None:
+                    text = pieces[key] = Pieces()
+                text.add(value)  # joined once, when the message is read
+            elif key != "tool_calls":
+                _merge(state["message"], {key: value})
+        if choice.get("finish_reason") is not None:
+            state["finish_reason"] = choice["finish_reason"]
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict):
+            known_logprobs = state["logprobs"] = state["logprobs"] or {}
+            for key, value in logprobs.items():
+                old = known_logprobs.get(key)
+                known_logprobs[key] = old + value if isinstance(old, list) and isinstance(value, list) else value
+
+    def client_chunk(self, event: ServerSentEvent, chunk: dict[str, Any], choices: list[Any]) -> bytes:
+        """The chunk as the client gets it: rewritten only where it has to be."""
+        rewritten = False
+        head = (chunk.get("id"), chunk.get("created"))
+        if self.head is None:
+            self.head = head
+        elif head != self.head:
+            chunk["id"], chunk["created"] = self.head
+            rewritten = True
+        if not self.include_usage and "usage" in chunk:
+            del chunk["usage"]
+            rewritten = True
+        for choice in choices:
+            index = choice.get("index", 0)
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                continue
+            if "role" in delta:
+                if index in self.opened:
+                    del delta["role"]
+                    rewritten = True
+                self.opened.add(index)
+            text = delta.get("content")
+            if index in self.before and index not in self.separated and isinstance(text, str) and text:
+                delta["content"] = _SEPARATOR + text
+                self.separated.add(index)
+                rewritten = True
+        return sse.data_event(chunk) if rewritten or event.event else event.encode()
+
+    def body(self) -> dict[str, Any] | None:
+        if self.top is None or not self.choices:
+            return None
+        choices = []
+        for index in sorted(self.choices):
+            state = self.choices[index]
+            if state["finish_reason"] is None:
+                return None
+            message = {"role": "assistant", "content": None, **_message(state)}
+            if calls := self.calls.get(index):
+                message["tool_calls"] = [
+                    {key: value for key, value in calls[position].items() if key != "index"}
+                    for position in sorted(calls)
+                ]
+            choice = {"index": index, "message": message, "finish_reason": state["finish_reason"]}
+            if state["logprobs"] is not None:
+                choice["logprobs"] = state["logprobs"]
+            choices.append(choice)
+        body = {
+            "id": self.top["id"],
+            "object": "chat.completion",
+            "created": self.top["created"],
+            "model": self.top["model"],
+            **{key: self.top[key] for key in _TOP_FIELDS if key in self.top},
+            "choices": choices,
+        }
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return body
+
+    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+        choices = final.get("choices")
+        choices = choices if isinstance(choices, list) else []
+        head_id, created = self.head or (final.get("id"), final.get("created"))
+        base = sse.chat_base({**final, "id": head_id, "created": created}, self.include_usage)
+        events: list[bytes] = []
+        answer = None if fresh else self.body()
+        if answer is not None and choices == answer["choices"]:
+            events += self.held
+        else:
+            streamed = self.sent_messages()
+            sent = {} if fresh else streamed  # an override follows what was streamed; else it must continue it
+            indexes = set()
+            for position, choice in enumerate(choices):
+                index = choice.get("index", position) if isinstance(choice, dict) else position
+                indexes.add(index)
+                message = choice.get("message") if isinstance(choice, dict) else None
+                rest = _rest(message if isinstance(message, dict) else {}, sent.get(index, {}))
+                text = rest.get("content")
+                had_text = index in self.before or streamed.get(index, {}).get("content")
+                if had_text and not sent.get(index, {}).get("content") and isinstance(text, str) and text:
+                    rest["content"] = _SEPARATOR + text
+                if isinstance(rest.get("annotations"), list):  # they point into the final text: moved to the client's
+                    now = streamed.get(index, {}).get("content") if fresh else None
+                    start = self.offset(index) + (len(now) + len(_SEPARATOR) if now else 0)
+                    rest["annotations"] = [_moved(annotation, start) for annotation in rest["annotations"]]
+                events += sse.chat_choice(base, {**choice, "message": rest}, position, opened=index in self.opened)
+            if any(message.get("content") for index, message in sent.items() if index not in indexes):
+                raise StreamMismatch("the answer lacks a choice whose text was already streamed")
+        events += sse.chat_end(base, final.get("usage"), self.include_usage)
+        return events
+
+
+def _moved(annotation: Any, by: int) -> Any:
+    """A `url_citation` annotation with its indexes moved `by` characters."""
+    cited = annotation.get("url_citation") if isinstance(annotation, dict) else None
+    if not by or not isinstance(cited, dict):
+        return annotation
+    moved = {key: cited[key] + by for key in ("start_index", "end_index") if isinstance(cited.get(key), int)}
+    return {**annotation, "url_citation": {**cited, **moved}}
+
+
+def _message(state: dict[str, Any]) -> dict[str, Any]:
+    """A choice's message as read so far, its streamed strings joined."""
+    return {**state["message"], **{key: str(pieces) for key, pieces in state["pieces"].items()}}
+
+
+def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    """Add a delta to what was read: strings are appended (ids, types, names and roles replace), objects
+    merged, anything else replaces; a null never erases."""
+    for key, value in delta.items():
+        old = target.get(key)
+        if value is None:
+            target.setdefault(key, None)
+        elif isinstance(old, str) and isinstance(value, str) and key not in _SET_FIELDS:
+            target[key] = old + value
+        elif isinstance(old, dict) and isinstance(value, dict):
+            merged = dict(old)
+            _merge(merged, value)
+            target[key] = merged
+        else:
+            target[key] = value
+
+
+def _rest(message: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]:
+    """What of `message` the client does not have, given what it was sent of it."""
+    rest = dict(message)
+    for key, value in sent.items():
+        if key == "role" or value is None:
+            continue
+        have = message.get(key)
+        if isinstance(value, str):
+            if not isinstance(have, str) or not have.startswith(value):
+                raise StreamMismatch(f"the answer's {key} differs from what was already streamed")
+            rest[key] = have[len(value) :]
+        elif have != value:
+            raise StreamMismatch(f"the answer's {key} differs from what was already streamed")
+        else:
+            del rest[key]
+    return rest
