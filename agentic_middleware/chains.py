@@ -10,24 +10,25 @@ unanswered). A request whose `previous_response_id` names a record is rewritten 
 record is bound to the caller whose turn made it (callers.py): it is stored under a key naming that caller, and a
 request of another caller neither finds, uses nor changes it.
 
-This is the one state the middleware keeps between requests. The default store is in the process (bounded, with a
-time to live); replicas share one by passing a `ChainStore` of their own (Redis or the like) to the middleware.
+With the hooks' state (store.py), this is what the middleware keeps between requests. The default store is in the
+process (bounded, with a time to live); replicas share one on Redis (`RedisChainStore`, redis.py) or pass a
+`ChainStore` of their own. A store that fails is logged (once per kind of failure) and read as holding nothing, but
+for a DELETE, which must know (followups.py: 503).
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
 from starlette.types import Scope
 
 from .callers import Caller, identify, key_hash
 from .errors import ConfigurationError
+from .store import FailureLog, KeyValueStore, MemoryStore, caller_part
 from .surfaces import field
 from .surfaces.responses import CALL_TYPES, input_items
 from .surfaces.responses_relay import ResponsesRelay
@@ -55,38 +56,53 @@ class ChainStore(Protocol):
     async def put(self, key: str, chain: dict[str, Any]) -> None: ...
 
 
-class MemoryChainStore:
+class KeyValueChainStore:
+    """A `ChainStore` on a `KeyValueStore` (store.py): each record as JSON under `chain:<key>`, for `ttl` seconds
+    after it was recorded. `shared`: the middleware's hooks keep their state in the same store (their request's
+    `logging_obj.state`), as `RedisChainStore` does; else they get one of their own in this process."""
+
+    def __init__(self, store: KeyValueStore, ttl: float = 86400.0, shared: bool = False) -> None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < float("inf"):
+            raise ConfigurationError(f"a chain store's ttl must be a number of seconds above 0, got {ttl!r}")
+        self.store = store
+        self.ttl = float(ttl)
+        self.shared = shared
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        raw = await self.store.get(f"chain:{key}")
+        if raw is None:
+            return None
+        try:
+            chain = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            logger.warning("the chain store holds a record of %r that is not JSON: taken as none", key)
+            return None
+        return chain if isinstance(chain, dict) else None
+
+    async def put(self, key: str, chain: dict[str, Any]) -> None:
+        await self.store.put(f"chain:{key}", orjson.dumps(chain), self.ttl)
+
+    async def delete(self, key: str) -> None:
+        await self.store.delete(f"chain:{key}")
+
+
+class MemoryChainStore(KeyValueChainStore):
     """The default store: in this process, the `max_entries` most recently recorded or used ids, each for `ttl`
     seconds after it was recorded."""
 
     def __init__(self, max_entries: int = 4096, ttl: float = 86400.0) -> None:
         if max_entries < 1 or ttl <= 0:
             raise ConfigurationError("MemoryChainStore needs max_entries >= 1 and ttl > 0")
+        super().__init__(MemoryStore(max_entries), ttl)
         self.max_entries = max_entries
-        self.ttl = ttl
-        self.entries: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.memory)
 
-    async def get(self, key: str) -> dict[str, Any] | None:
-        entry = self.entries.get(key)
-        if entry is None:
-            return None
-        if entry[0] <= time.monotonic():
-            del self.entries[key]
-            return None
-        self.entries.move_to_end(key)
-        return entry[1]
-
-    async def put(self, key: str, chain: dict[str, Any]) -> None:
-        self.entries[key] = (time.monotonic() + self.ttl, chain)
-        self.entries.move_to_end(key)
-        while len(self.entries) > self.max_entries:
-            self.entries.popitem(last=False)
-
-    async def delete(self, key: str) -> None:
-        self.entries.pop(key, None)
+    @property
+    def memory(self) -> MemoryStore:
+        assert isinstance(self.store, MemoryStore)
+        return self.store
 
 
 class ChainsUnavailable(Exception):
@@ -96,8 +112,7 @@ class ChainsUnavailable(Exception):
 def chain_key(caller: str | None, response_id: str) -> str:
     """The store's key of a record: the caller (hashed, so that a store's keys name no one) and the id the client
     got. A request that names no one has keys of its own (`-:`), shared by every such request."""
-    who = "-" if caller is None else hashlib.sha256(caller.encode()).hexdigest()[:32]
-    return f"{who}:{response_id}"
+    return f"{caller_part(caller)}:{response_id}"
 
 
 class Chains:
@@ -107,6 +122,7 @@ class Chains:
     def __init__(self, store: ChainStore, caller: Caller = key_hash) -> None:
         self.store = store
         self.caller = caller
+        self.failures = FailureLog("the chain store")
 
     async def key(self, scope: Scope, response_id: str) -> str:
         """The store's key of `response_id` for this request's caller; raises when the caller function fails."""
@@ -140,10 +156,11 @@ class Chains:
         try:
             chain = await self.store.get(key)
         except Exception as error:
-            logger.warning("the chain store failed to read %r: the request goes as sent", key, exc_info=True)
+            self.failures.failed("read", error, "the request goes as sent")
             if strict:
                 raise ChainsUnavailable("the chain store failed") from error
             return None
+        self.failures.answered()
         if chain is None:
             return None
         if not (
@@ -175,8 +192,8 @@ class Chains:
         """Note that the app deleted the client's id: a retried DELETE goes on to the chained response."""
         try:
             await self.store.put(key, {**chain, "deleted": True})
-        except Exception:
-            logger.warning("the chain store failed to update %r", key, exc_info=True)
+        except Exception as error:
+            self.failures.failed("update", error)
 
     async def drop(self, key: str) -> None:
         """Drop a record (when the store has `delete`)."""
@@ -185,8 +202,8 @@ class Chains:
             return
         try:
             await delete(key)
-        except Exception:
-            logger.warning("the chain store failed to delete %r", key, exc_info=True)
+        except Exception as error:
+            self.failures.failed("delete", error)
 
     async def record(
         self, scope: Scope, body: Mapping[str, Any], last: Any, final: Any, events: Any, reason: str, limit: int
@@ -223,8 +240,10 @@ class Chains:
         chain = {"previous_response_id": last_id, "input": outputs, "caller": key.partition(":")[0]}
         try:
             await self.store.put(key, chain)
-        except Exception:
-            logger.warning("the chain store failed to record %r: its follow-up may fail", client_id, exc_info=True)
+        except Exception as error:
+            self.failures.failed("record", error, "a follow-up by that id may fail at the app")
+            return
+        self.failures.answered()
 
 
 def chains_of(option: ChainStore | bool | None, caller: Caller | None = None) -> Chains | None:
@@ -244,3 +263,33 @@ def chains_of(option: ChainStore | bool | None, caller: Caller | None = None) ->
             f"chain_store must be a store (an instance) with async get(id) and put(id, chain), or a bool: {option!r}"
         )
     return Chains(option, caller)
+
+
+def hooks_store(chains: Chains | None) -> KeyValueStore:
+    """Where the hooks' state lives (`logging_obj.state`): the chain store's key-value store when it is shared
+    (`RedisChainStore`), else a `MemoryStore` of this middleware's own."""
+    store = chains.store if chains is not None else None
+    if isinstance(store, KeyValueChainStore) and store.shared:
+        return store.store
+    return MemoryStore()
+
+
+_REDIS_OPTIONS = ("redis", "prefix", "ttl", "timeout")
+
+
+def chain_store_from_config(value: object, where: str) -> ChainStore | bool | None:
+    """YAML's `chain_store`: true/false/null as in code, or `{redis: URL}` (with `prefix`, `ttl` and `timeout` as
+    `RedisChainStore` takes them), which needs the `[redis]` extra."""
+    if value is None or isinstance(value, bool):
+        return value
+    if not isinstance(value, Mapping) or not isinstance(value.get("redis"), str):
+        raise ConfigurationError(f"{where} must be true, false or {{redis: URL}}, got {value!r:.200}")
+    unknown = sorted(map(str, set(value) - set(_REDIS_OPTIONS)))
+    if unknown:
+        raise ConfigurationError(f"{where} has unknown keys {unknown} (known: {', '.join(_REDIS_OPTIONS)})")
+    try:
+        from .redis import RedisChainStore
+    except ImportError as error:
+        raise ConfigurationError(f"{where}: {error}") from None
+    options = {name: value[name] for name in ("prefix", "ttl", "timeout") if name in value}
+    return RedisChainStore(value["redis"], **options)

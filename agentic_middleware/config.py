@@ -145,6 +145,8 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     for name in ("on_round", "caller"):
         if isinstance(options.get(name), str):
             options[name] = import_callable(options[name], f"{SECTION}.{name} in {file}", file.parent)
+    if options.get("chain_store") is not None:
+        options["chain_store"] = _chain_store(options["chain_store"], f"{SECTION}.chain_store", file)
     # `os.environ/NAME` values arrive as strings: numbers and flags are read from them (a quoted YAML value is not).
     variables = {
         name: value.removeprefix(ENV_PREFIX)
@@ -198,6 +200,15 @@ _NUMBERS: dict[str, Callable[[str], Any]] = {
     "rerun_retries": int,
 }
 _FLAGS = ("sum_usage", "log_bodies", "tracing", "error_details", "streaming", "gates_see_stream")
+
+
+def _chain_store(value: object, where: str, file: Path) -> Any:
+    from .chains import chain_store_from_config  # the chain store's module, and Redis's, only for a config naming one
+
+    try:
+        return chain_store_from_config(value, where)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{file}: {error}") from None
 
 
 def _mapping(value: object, where: str, file: Path) -> dict[str, Any]:

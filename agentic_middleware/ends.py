@@ -27,6 +27,7 @@ from .observe import Observer, RoundRecord, usage_added
 from .payload import wrap
 from .precall import model_call_details, run_pre_call
 from .settings import Settings, loop_limit
+from .store import CallerState, KeyValueStore
 from .stream import EventStream
 from .surfaces import Surface
 
@@ -63,6 +64,7 @@ class RequestEnds:
     guardrail_hooks: Sequence[BoundHook]
     settings: Settings
     observer: Observer
+    state: KeyValueStore  # the hooks' state between requests, seen through `logging_obj.state` (store.py)
     # The request.
     surface: Surface
     provider: str
@@ -107,6 +109,7 @@ class RequestEnds:
                 route=self.surface.name,
                 logger=logging.LoggerAdapter(logger, {"litellm_call_id": self.call_id}),
                 model_call_details=model_call_details(self.body, self.provider, self.dispatch.scope["state"]),
+                state=CallerState(self.state, self.scope, self.settings.caller),
             )
             if isinstance(self.events, LiveStream):  # native records go out as each search completes
                 LiveRecords(self.events).keep(self._logging_obj.model_call_details)

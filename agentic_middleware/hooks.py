@@ -328,10 +328,14 @@ class AgenticLoopLogging:
     """The `logging_obj` hooks receive: one per client request, shared by all its rounds.
 
     `model_call_details` is a free dict a hook may fill for its own tracing;
-    `logger` prefixes every record with the request's call id.
+    `logger` prefixes every record with the request's call id; `state` keeps what a later request of the same
+    caller needs (`CallerState`, store.py: `await state.put(kind, name, value, ttl)`, `get`, `delete`).
     """
 
     litellm_call_id: str
     route: str
     logger: logging.LoggerAdapter[logging.Logger]
     model_call_details: dict[str, Any] = field(default_factory=dict)
+    # The caller's state between requests (store.py's `CallerState`): on Redis when the chain store is, else in
+    # this process. A hook run by LiteLLM has no such attribute: `getattr(logging_obj, "state", None)`.
+    state: Any = None

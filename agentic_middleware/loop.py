@@ -68,6 +68,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.observer = setup.observer
         self.surface = surface
         self.chains = setup.chains if surface.chains_by_id else None
+        self.state = setup.state
         self.app_answer: Any = None  # the app's last answer: the response it stored last
         self.provider = provider
         self.scope = scope

@@ -17,6 +17,7 @@ from .hooks import BoundHook
 from .observe import Observer
 from .precall import has_pre_call, idle_guardrail, is_guardrail
 from .settings import Settings
+from .store import KeyValueStore, MemoryStore
 
 if TYPE_CHECKING:
     from .chains import Chains
@@ -34,9 +35,11 @@ class LoopSetup:
         settings: Settings,
         observer: Observer,
         chains: Chains | None = None,
+        state: KeyValueStore | None = None,
     ) -> None:
         self.app = app
         self.chains = chains  # follow-ups by id after an incomplete Responses turn (chains.py)
+        self.state = MemoryStore() if state is None else state  # the hooks' `logging_obj.state` (store.py)
         self.hooks = hooks
         self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
         self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle

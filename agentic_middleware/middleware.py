@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .asgi import json_start, read_body, replay, scope_unencoded, scope_with_body_length
 from .asking import is_internal_field
 from .callers import Caller
-from .chains import ChainStore, chains_of
+from .chains import ChainStore, chains_of, hooks_store
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
@@ -98,13 +98,16 @@ class AgenticLoopMiddleware:
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         share_tools(self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)
-        self.chains = chains_of(chain_store, self.settings.caller)
+        self.chains = chains_of(
+            chain_store if chain_store is not None else self.settings.chain_store, self.settings.caller
+        )
         self.setup = LoopSetup(
             app,
             self.hooks,
             self.settings,
             Observer(self.settings.on_round, self.settings.tracing, self.settings.log_bodies),
             self.chains,
+            hooks_store(self.chains),
         )
         table = self.settings.route_table()
         self.routes = table.exact  # the hot path: one dict lookup

@@ -82,6 +82,7 @@ class Settings:
     internal_headers: Mapping[str, str] = field(default_factory=dict)
     gates_see_stream: bool = True
     caller: Callable[..., Any] | None = None  # who is calling (callers.py); None: the key hash
+    chain_store: Any = None  # the middleware's `chain_store` (chains.py); YAML's `{redis: URL}` is a RedisChainStore
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import re
 import weakref
 from typing import Any
 
@@ -14,10 +15,11 @@ from support import Route, post
 
 import agentic_middleware.compression as compression_module
 from agentic_middleware import AgenticLoopMiddleware
-from agentic_middleware.compression import CompressionHook
+from agentic_middleware.compression import CompressionHook, key_of
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, function_call, response
 
 LONG = "".join(f"line {n}: the quarterly report says revenue grew. " for n in range(120))  # ~5,600 chars
+OTHER = "Another long document. " * 100
 
 
 @pytest.fixture(params=["messages", "chat"])
@@ -66,7 +68,7 @@ def last_result(route: Route, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_the_model_sees_a_stub_and_retrieve_returns_the_original(route: Route) -> None:
-    model = ScriptedModel(route.calls(("retrieve", {"key": "c1"})), route.text("Revenue grew."))
+    model = ScriptedModel(route.calls(("retrieve", {"key": key_of(LONG)})), route.text("Revenue grew."))
     app = AgenticLoopMiddleware(model, hooks=[CompressionHook(threshold=1000)])
     async with http_client(app) as client:
         response = await post(client, route, route.request(messages=history(route, LONG)))
@@ -75,32 +77,33 @@ async def test_the_model_sees_a_stub_and_retrieve_returns_the_original(route: Ro
     assert route.final_text(response.json()) == "Revenue grew."
     assert "retrieve" not in response.text and "compressed" not in response.text
     first, rerun = (request.body for request in model.requests)
-    assert tool_output(route, first) == stub("c1", LONG)
+    assert tool_output(route, first) == stub(key_of(LONG), LONG)
     assert LONG not in json.dumps(first)
     assert "retrieve" in json.dumps(first["tools"])
     result = last_result(route, rerun)
     assert result["content"] == LONG and "is_error" not in result
-    assert tool_output(route, rerun) == stub("c1", LONG)  # the rerun keeps the stubs; only the result is whole
+    assert tool_output(route, rerun) == stub(key_of(LONG), LONG)  # the rerun keeps the stubs; only the result is whole
 
 
 async def test_on_responses_tool_outputs_and_input_text_are_stubbed_and_retrieve_serves_them() -> None:
-    other = "Another long document. " * 100
     items: list[Any] = [
-        {"role": "user", "content": [{"type": "input_text", "text": other}]},
+        {"role": "user", "content": [{"type": "input_text", "text": OTHER}]},
         {"type": "function_call", "call_id": "t1", "name": "fetch", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "t1", "output": LONG},
         {"role": "assistant", "content": [{"type": "output_text", "text": "Fetched."}]},
         {"role": "user", "content": f"{LONG} What did the report say?"},
     ]
-    model = ScriptedModel(response(function_call("retrieve", {"key": "c2"}, "call_r")), response("Revenue grew."))
+    model = ScriptedModel(
+        response(function_call("retrieve", {"key": key_of(LONG)}, "call_r")), response("Revenue grew.")
+    )
     client = openai_client(AgenticLoopMiddleware(model, hooks=[CompressionHook(threshold=1000)]))
 
     answer = await client.responses.create(model="m", input=items)
 
     assert answer.output_text == "Revenue grew."
     first, rerun = (request.body for request in model.requests)
-    assert first["input"][0]["content"] == [{"type": "input_text", "text": stub("c1", other)}]
-    assert first["input"][2]["output"] == stub("c2", LONG)
+    assert first["input"][0]["content"] == [{"type": "input_text", "text": stub(key_of(OTHER), OTHER)}]
+    assert first["input"][2]["output"] == stub(key_of(LONG), LONG)
     assert first["input"][4] == items[4]  # the message the model acts on is never stubbed
     assert [tool["name"] for tool in first["tools"]] == ["retrieve"]
     assert rerun["input"][-1] == {"type": "function_call_output", "call_id": "call_r", "output": LONG}
@@ -108,9 +111,8 @@ async def test_on_responses_tool_outputs_and_input_text_are_stubbed_and_retrieve
 
 async def test_text_blocks_and_strings_are_stubbed_in_order_and_the_current_turn_is_kept() -> None:
     route = Route("messages")
-    other = "Another long document. " * 100
     messages = [
-        {"role": "user", "content": other},
+        {"role": "user", "content": OTHER},
         {"role": "assistant", "content": "Noted."},
         {"role": "user", "content": [{"type": "text", "text": LONG}, {"type": "text", "text": "short"}]},
         {"role": "assistant", "content": "Noted too."},
@@ -121,8 +123,8 @@ async def test_text_blocks_and_strings_are_stubbed_in_order_and_the_current_turn
         await post(client, route, route.request(messages=messages))
 
     sent = model.requests[0].body["messages"]
-    assert sent[0]["content"] == stub("c1", other)
-    assert sent[2]["content"] == [{"type": "text", "text": stub("c2", LONG)}, {"type": "text", "text": "short"}]
+    assert sent[0]["content"] == stub(key_of(OTHER), OTHER)
+    assert sent[2]["content"] == [{"type": "text", "text": stub(key_of(LONG), LONG)}, {"type": "text", "text": "short"}]
     assert sent[4] == messages[4]  # the message the model acts on is never stubbed
 
 
@@ -147,7 +149,7 @@ async def test_an_unknown_key_is_an_error_result_the_model_reads(route: Route) -
     async with http_client(AgenticLoopMiddleware(model, hooks=[CompressionHook(threshold=1000)])) as client:
         await post(client, route, route.request(messages=history(route, LONG)))
     result = last_result(route, model.requests[1].body)
-    assert "no compressed text has the key 'c9'; known keys: c1" in result["content"]
+    assert f"no compressed text has the key 'c9'; known keys: {key_of(LONG)}" in result["content"]
     assert result.get("is_error") is True or result["content"].startswith("Error: ")
 
 
@@ -169,11 +171,11 @@ async def test_each_request_has_its_own_stash_and_nothing_outlives_the_request(r
     hook = WatchedCompression()
 
     def reply(request: RecordedRequest) -> Any:
-        """Retrieve c1, then answer with the start of what came back."""
+        """Retrieve the stubbed document by the key in its stub, then answer with the start of what came back."""
         last = request.body["messages"][-1]
         if last["role"] == "tool" or isinstance(last["content"], list):
             return route.text(last_result(route, request.body)["content"][:12])
-        return route.calls(("retrieve", {"key": "c1"}))
+        return route.calls(("retrieve", {"key": re.findall(r"key (c[0-9a-f]+);", json.dumps(request.body))[0]}))
 
     model = ScriptedModel(default=reply)
     texts = [f"document {name}: " + "x" * 2000 for name in "AB"]
@@ -182,10 +184,34 @@ async def test_each_request_has_its_own_stash_and_nothing_outlives_the_request(r
             *(post(client, route, route.request(messages=history(route, text))) for text in texts)
         )
 
-    # Both requests stashed under the same key c1, and each got its own document back.
+    # Each request got its own document back; on these routes nothing is kept past the request.
     assert sorted(route.final_text(response.json()) for response in responses) == ["document A: ", "document B: "]
     del responses
     gc.collect()
     assert len(hook.watched) == 2 and all(ref() is None for ref in hook.watched)
     for state in (vars(hook), vars(compression_module), vars(compression_module.compression_hook)):
         assert "document A" not in repr(state) and "document B" not in repr(state)
+
+
+@pytest.mark.parametrize("store", [True, False])
+@pytest.mark.parametrize("named", [True, False], ids=["a caller", "no caller"])
+async def test_on_responses_the_texts_are_kept_for_a_named_caller_and_a_stored_context_alone(
+    named: bool, store: bool
+) -> None:
+    """The app keeps a Responses context with its stubs (unless `store: false`): the texts are kept for the
+    follow-ups, in the caller's state; a request that names no one keeps nothing, as such requests would share it."""
+    model = ScriptedModel(response("Noted."))
+    app = AgenticLoopMiddleware(model, hooks=[CompressionHook(threshold=1000)])
+    items = [
+        {"role": "user", "content": LONG},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "?"},
+    ]
+    headers = {"authorization": "Bearer k"} if named else {}
+    async with http_client(app) as client:
+        answer = await client.post(
+            "/v1/responses", json={"model": "m", "input": items, "store": store}, headers=headers
+        )
+    assert answer.status_code == 200
+    assert LONG not in json.dumps(model.requests[0].body)
+    assert len(app.setup.state) == (2 if named and store else 0)  # type: ignore[arg-type]  # the text, the marker

@@ -175,7 +175,7 @@ async def test_the_default_store_is_bounded_and_forgets_the_least_recently_used(
 
 async def test_a_record_expires_after_its_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr("agentic_middleware.chains.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("agentic_middleware.store.time.monotonic", lambda: now[0])
     chains = MemoryChainStore(ttl=60)
     await chains.put("a", {"previous_response_id": "b", "input": []})
     now[0] += 59

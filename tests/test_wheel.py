@@ -80,6 +80,7 @@ def test_the_wheel_holds_the_license_the_version_and_the_console_script(wheel: P
         "mcp",
         "pydantic",
         "native",
+        "redis",
         "gateway",
         "demo",
     }  # no test or bench extra published
