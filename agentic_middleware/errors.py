@@ -112,6 +112,7 @@ class ModelAppTimeout(ModelAppError):
     code = "model_app_timeout"
     ended_by = "timeout"
     summary = "the model app timed out"
+    transient = True  # the late call was cancelled: a rerun is sent again, as when the app itself answers 504
 
 
 class LoopCancelled(LoopError):

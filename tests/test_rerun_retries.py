@@ -287,6 +287,22 @@ async def test_a_rerun_stream_that_breaks_after_an_event_is_not_retried() -> Non
     assert len(model.requests) == 2  # part of that round reached the client: a retry would send it twice
 
 
+async def test_a_rerun_past_app_timeout_is_retried_and_its_tool_runs_once() -> None:
+    """The loop's own 504 for a rerun that did not answer within `app_timeout` is a transient failure like the
+    app's 504: the hung call was cancelled, so the same request is sent again (else the client's SDK retries the
+    504 with the whole turn, its tools included)."""
+
+    async def hung(request: RecordedRequest) -> Any:
+        await asyncio.sleep(30)
+
+    records: list[RoundRecord] = []
+    model = ScriptedModel(first("messages", False), hung, final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], app_timeout=0.2, on_round=records.append)
+    text, headers = await ask(app, "messages", False)
+    assert text == "The value is v." and RUNS == ["k"] and len(model.requests) == 3
+    assert records[-1].retries == 1 and headers["x-agentic-loop-retries"] == "1"
+
+
 def test_rerun_retries_must_be_a_whole_number(tmp_path: Any) -> None:
     with pytest.raises(ConfigurationError, match="rerun_retries"):
         AgenticLoopMiddleware(ScriptedModel(), rerun_retries=-1)
