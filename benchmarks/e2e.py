@@ -147,11 +147,13 @@ class Server:
 class Driver:
     """The load generator process: one JSON command in, one result out, each within `COMMAND_LIMIT`."""
 
-    def __init__(self, python: str, tmp: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, python: str, tmp: Path, env: Mapping[str, str] | None = None, module: str = "benchmarks.loadgen"
+    ) -> None:
         self.log = tmp / f"loadgen-{len(list(tmp.glob('loadgen-*')))}.log"
         with self.log.open("wb") as err:
             self.process = subprocess.Popen(
-                [python, "-m", "benchmarks.loadgen"],
+                [python, "-m", module],
                 cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
                 stdin=subprocess.PIPE,
@@ -182,7 +184,7 @@ class Driver:
             raise RuntimeError(f"the load generator died: {tail(self.log)}")
         answer: dict[str, Any] = json.loads(line)
         if "error" in answer:
-            raise RuntimeError(f"{command['mode']} on {command['url']}: {answer['error']}")
+            raise RuntimeError(f"{command.get('mode', 'streams')} on {command['url']}: {answer['error']}")
         return answer
 
     def peak_rss_mb(self) -> float:

@@ -1,0 +1,180 @@
+"""Case 12: many slow live streams held open at once on one uvicorn worker, through the middleware and bare.
+
+A scripted model app streams Anthropic Messages slowly (`streams_app.py`); the load generator (`streams_loadgen.py`,
+a process of its own) holds N streams open at once and counts what each client receives. Three variants, each in a
+fresh worker process per measurement, interleaved round by round, the order flipped every round:
+
+- bare: the model app alone streams the text;
+- pass-through: the middleware with a `ServerTools` hook in front, the request on its looped route, the model
+  answering text at once: every event goes through the live relay and the answer is judged at its end;
+- tool round: the same, but the model calls the `lookup` server tool first; the middleware runs it and reruns,
+  and the second round streams the text.
+
+Per variant: the worker's CPU (its own rusage) per SSE event the clients received, its resident memory's peak above
+what it held just before the streams began (Linux's `clear_refs` resets the peak), the event loop's lag (a probe
+task in the worker, outside the middleware) and the streams that did not complete, by kind.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .cases import Case, Config, Row
+from .e2e import HOST, Driver, Server, free_port
+from .harness import median
+
+KB = 1024
+APPS = {"bare": "bare", "pass-through": "wrapped", "tool round": "wrapped"}
+ROUNDS = {"bare": 0, "pass-through": 0, "tool round": 1}
+
+
+@dataclass(frozen=True)
+class Load:
+    """N streams of `tokens` text deltas, `delay` seconds apart."""
+
+    streams: int
+    tokens: int
+    delay: float
+
+
+FULL = (Load(100, 1000, 0.01), Load(1000, 100, 0.1), Load(10_000, 20, 1.0))
+QUICK = (Load(20, 5, 0.01),)
+
+Result = dict[str, Any]
+
+
+def probe(port: int, method: str = "GET") -> dict[str, float]:
+    connection = http.client.HTTPConnection(HOST, port, timeout=10)
+    try:
+        connection.request(method, "/probe")
+        answer = connection.getresponse()
+        figures: dict[str, float] = json.loads(answer.read())
+        return figures
+    finally:
+        connection.close()
+
+
+def worker(variant: str, tmp: Path) -> Server:
+    """One uvicorn worker serving the variant's app, its accept queue long enough for ten thousand connects."""
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", f"benchmarks.streams_app:{APPS[variant]}", "--host", HOST]
+    argv += ["--port", str(port), "--backlog", "16384", "--log-level", "warning", "--no-access-log"]
+    server = Server(f"streams {variant}", argv, port, tmp)
+    deadline = time.perf_counter() + 30
+    while True:
+        try:
+            probe(port)
+            return server
+        except OSError:
+            if server.process.poll() is not None or time.perf_counter() > deadline:
+                server.__exit__()
+                raise RuntimeError(f"the {variant} worker did not start: {server.log.read_text()[-500:]}") from None
+            time.sleep(0.05)
+
+
+def measure(driver: Driver, variant: str, load: Load, tmp: Path) -> Result:
+    """One variant under one load, in a fresh worker: what the clients got, and the worker's figures."""
+    command = {"tokens": load.tokens, "delay": load.delay, "rounds": ROUNDS[variant]}
+    with worker(variant, tmp) as server:
+        driver.send({**command, "url": server.url, "streams": 20, "tokens": 5, "delay": 0.001})  # warm
+        before = probe(server.port, "POST")
+        clients = driver.send({**command, "url": server.url, "streams": load.streams})
+        after = probe(server.port)
+    return {
+        **clients,
+        "server cpu": after["cpu"] - before["cpu"],
+        "memory": (after["hwm_kb"] - before["rss_kb"]) * KB,
+        "peak": after["hwm_kb"] * KB,
+        "lag p50": after["lag_p50"],
+        "lag p99": after["lag_p99"],
+    }
+
+
+def rounds(driver: Driver, load: Load, count: int, tmp: Path) -> dict[str, list[Result]]:
+    names = list(APPS)
+    results: dict[str, list[Result]] = {name: [] for name in names}
+    for round_ in range(count):
+        for name in names if round_ % 2 == 0 else reversed(names):
+            results[name].append(measure(driver, name, load, tmp))
+    return results
+
+
+def per_event(result: Result) -> float:
+    """The worker's CPU per SSE event its clients received, in µs."""
+    return float(1e6 * result["server cpu"] / max(result["events"], 1))
+
+
+def spread(values: list[float], unit: str) -> str:
+    """The median, and the range when there are several rounds."""
+    text = f"{median(values):.2f}"
+    if len(values) > 1:
+        text += f" ({min(values):.2f} to {max(values):.2f})"
+    return f"{text} {unit}"
+
+
+def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
+    bare = results["bare"]
+    name = f"{load.streams:,} live streams x {load.tokens} deltas, {load.delay:g} s apart"
+    rows = []
+    for variant in ("pass-through", "tool round"):
+        added = [per_event(w) - per_event(b) for w, b in zip(results[variant], bare, strict=True)]
+        detail = (
+            f"worker CPU per event: {variant} {spread([per_event(r) for r in results[variant]], 'µs')}, "
+            f"bare {spread([per_event(r) for r in bare], 'µs')}; added {spread(added, 'µs')}"
+        )
+        if variant == "tool round":
+            per_stream = [
+                1e6 * (t["server cpu"] - p["server cpu"]) / load.streams
+                for t, p in zip(results[variant], results["pass-through"], strict=True)
+            ]
+            detail += f"; the tool round costs {spread(per_stream, 'µs')} a stream over pass-through"
+        measure = f"added worker CPU per event, {variant}"
+        rows.append(Row(12, name, measure, median(added), 2.0, detail, unit="µs"))
+    memory = {variant: [r["memory"] / load.streams / KB for r in results[variant]] for variant in results}
+    added_memory = [t - b for t, b in zip(memory["tool round"], memory["bare"], strict=True)]
+    detail = (
+        f"peak RSS above the worker's before, per stream: tool round {spread(memory['tool round'], 'KB')}, "
+        f"pass-through {spread(memory['pass-through'], 'KB')}, bare {spread(memory['bare'], 'KB')}; peak RSS "
+        + ", ".join(f"{v} {median([r['peak'] / KB / KB for r in results[v]]):.0f} MB" for v in results)
+    )
+    rows.append(Row(12, name, "added memory per stream, tool round", median(added_memory), 16, detail, unit="KB"))
+    everything = [r for variant in results.values() for r in variant]
+    completed = sum(r["completed"] for r in everything) / sum(r["streams"] for r in everything)
+    errors: dict[str, int] = {}
+    for result in everything:
+        for kind, count in result["errors"].items():
+            errors[kind] = errors.get(kind, 0) + count
+    lag = ", ".join(
+        f"{v} {median([r['lag p50'] for r in results[v]]):.1f}/{median([r['lag p99'] for r in results[v]]):.1f}"
+        for v in results
+    )
+    clients = median([1e6 * r["cpu"] / max(r["events"], 1) for r in everything])
+    opened, done = median([r["opened"] for r in everything]), median([r["seconds"] for r in everything])
+    detail = (
+        f"errors: {errors or 'none'}; event-loop lag p50/p99 (ms): {lag}; all streams open after {opened:.1f} s, "
+        f"done after {done:.1f} s; the load generator's CPU per event {clients:.1f} µs"
+    )
+    rows.append(Row(12, name, "streams completed without error", completed, 1.0, detail, at_least=True))
+    return rows
+
+
+async def many_streams(config: Config) -> list[Row]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-streams-") as name, ExitStack() as stack:
+        tmp = Path(name)
+        driver = stack.enter_context(Driver(sys.executable, tmp, module="benchmarks.streams_loadgen"))
+        for load in QUICK if config.quick else FULL:
+            rows += rows_of(load, rounds(driver, load, 1 if config.quick else 2, tmp))
+    return rows
+
+
+CASES: dict[int, Case] = {12: many_streams}

@@ -1,0 +1,159 @@
+"""The server side of case 12: a scripted model app that streams Anthropic Messages slowly, bare or behind the
+middleware, wrapped in a probe that measures the worker's event loop. One uvicorn worker serves one of them:
+
+    python -m uvicorn benchmarks.streams_app:bare --backlog 16384
+    python -m uvicorn benchmarks.streams_app:wrapped --backlog 16384
+
+The first user message says what to stream: `tokens=20 delay=0.5 rounds=1`: with `rounds=1` and no tool result in
+the history yet, a round that calls the `lookup` server tool; then `tokens` text deltas, `delay` seconds apart.
+The events are serialized once, at import or at the first request of each size. `GET /probe` answers the probe's
+figures (event-loop lag p50/p99/max in ms, resident memory and its peak in KB, this process's CPU seconds);
+`POST /probe` resets them (the lag samples, and the peak of resident memory, Linux's `clear_refs`) and answers them.
+The probe is this benchmark's, not the library's: it runs outside the middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+
+from .live_stream import SSE_START, answer_events, tool_round
+
+PROBE_EVERY = 0.01
+"""Seconds between two wake-ups of the lag probe: it notes by how much each came late."""
+
+
+def raise_fd_limit() -> None:
+    """Ten thousand connections need ten thousand descriptors: take the hard limit."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+@cache
+def final_round(tokens: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The final answer's events: those before the deltas, the deltas, those after."""
+    events = answer_events(tokens)
+    return events[:2], events[2 : 2 + tokens], events[2 + tokens :]
+
+
+TOOL_ROUND = tool_round()
+
+
+def script(body: Any) -> tuple[int, float, bool]:
+    """What the request asks for: the number of text deltas, the delay between them, and whether to call a tool."""
+    messages = body["messages"]
+    words = dict(word.split("=", 1) for word in messages[0]["content"].split())
+    answered = any(isinstance(m["content"], list) for m in messages[1:])  # the tool's result came back
+    return int(words["tokens"]), float(words["delay"]), words.get("rounds") == "1" and not answered
+
+
+async def slow_model(scope: Scope, receive: Receive, send: Send) -> None:
+    """The model app: a tool round at once when asked, else the text, one delta per `delay`."""
+    if scope["type"] == "lifespan":
+        while (message := await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    chunks = []
+    more = True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    tokens, delay, tool = script(orjson.loads(b"".join(chunks)))
+    await send(SSE_START)
+    if tool:
+        events = TOOL_ROUND
+    else:
+        head, deltas, tail = final_round(tokens)
+        for event in head:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        for event in deltas:
+            await asyncio.sleep(delay)
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        events = tail
+    for event in events:
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+@server_tool(name="lookup", description="Look a page up.")
+async def lookup(page: int) -> str:
+    return f"page {page}: 42 results"
+
+
+class Probe:
+    """Wakes every `PROBE_EVERY` seconds and notes how late it woke: the event loop's lag, as every stream feels it."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(self.run())
+
+    async def run(self) -> None:
+        clock = asyncio.get_running_loop()
+        while True:
+            before = clock.time()
+            await asyncio.sleep(PROBE_EVERY)
+            self.lags.append(clock.time() - before - PROBE_EVERY)
+
+    def figures(self) -> dict[str, float]:
+        lags = sorted(self.lags) or [0.0]
+
+        def at(share: float) -> float:
+            return 1000 * lags[min(len(lags) - 1, int(share * len(lags)))]
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+        return {
+            "lag_p50": at(0.5),
+            "lag_p99": at(0.99),
+            "lag_max": 1000 * lags[-1],
+            "samples": len(self.lags),
+            "rss_kb": int(status["VmRSS"].split()[0]),
+            "hwm_kb": int(status["VmHWM"].split()[0]),
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "user": usage.ru_utime,
+        }
+
+    def reset(self) -> None:
+        self.lags = []
+        Path("/proc/self/clear_refs").write_text("5")  # the peak of resident memory starts again from now
+
+
+class Probed:
+    """The worker's app: `/probe` answered here, everything else by the app inside; the probe starts with the
+    lifespan, and the file descriptor limit is raised then too."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.probe = Probe()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            raise_fd_limit()
+            self.probe.start()
+        elif scope["type"] == "http" and scope["path"] == "/probe":
+            if scope["method"] == "POST":
+                self.probe.reset()
+            body = orjson.dumps(self.probe.figures())
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            start: Message = {"type": "http.response.start", "status": 200, "headers": headers}
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+bare = Probed(slow_model)
+wrapped = Probed(AgenticLoopMiddleware(slow_model, hooks=[ServerTools([lookup])]))
