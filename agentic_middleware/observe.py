@@ -81,6 +81,33 @@ def sum_usage(usages: Sequence[Any]) -> Any:
     return total
 
 
+ITERATIONS = "iterations"
+
+
+def turn_usage(
+    final: Any, usages: Sequence[Any], hooks_usage: Any, summed: bool, entry: Callable[[Mapping[str, Any]], Any]
+) -> Any:
+    """The `usage` of a looped answer: the calls' sum (what post hooks added on top) when `summed`, else the final
+    answer's own (the last call's, as the hooks left it); either way with `iterations`, every call's own usage in
+    order, so that the sum (the bill) and the last call (the context) can both be read from it.
+
+    A call whose usage has `iterations` of its own (an upstream that ran server tools or compaction) is listed by
+    them, as it reported them."""
+    top = sum_usage([hooks_usage, *usages]) if summed else final
+    if not isinstance(top, Mapping):
+        return top
+    listed: list[Any] = []
+    for usage in usages:
+        if not isinstance(usage, Mapping):
+            continue
+        own = usage.get(ITERATIONS)
+        if isinstance(own, list) and own:
+            listed += own
+        else:
+            listed.append(entry(usage))
+    return {**top, ITERATIONS: listed} if listed else dict(top)
+
+
 def usage_added(before: Any, after: Any) -> dict[str, Any] | None:
     """The counters `after` has beyond `before` (new ones whole, grown ones by how much they grew), nested ones
     too: what a post hook added to a usage, so that summing the calls' usages keeps it. A counter that shrank adds

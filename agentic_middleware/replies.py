@@ -1,4 +1,4 @@
-"""The reply a looped request ends with: its summed usage, the headers that say how the loop went, or its error.
+"""The reply a looped request ends with: its usage (accounting.md), the headers that say how the loop went, or its error.
 
 `Replies` is a base of `AgenticLoop` (`loop.py`), beside `AskingHooks`: it reads the request's state, declared in
 `ends.RequestEnds`, once the rounds are over (or have failed).
@@ -13,29 +13,39 @@ from .disconnect import ClientWriter
 from .dispatch import Answer, Reply
 from .ends import RequestEnds
 from .errors import HookError, LoopError, RequestRefused
-from .observe import ENDED_BY_HEADER, RERUNS_HEADER, RETRIES_HEADER, STOP_REASON_HEADER, sum_usage
+from .observe import ENDED_BY_HEADER, RERUNS_HEADER, RETRIES_HEADER, STOP_REASON_HEADER, turn_usage
 from .payload import JSONObject, parse_object
 
 
 class Replies(RequestEnds):
     """The end of one request's loop: what the client gets."""
 
-    usages: list[Any]  # every model call's usage, summed into a looped answer's
+    usages: list[Any]  # every model call's usage, for a looped answer's (`turn_usage`)
     retried: int  # retries of the rounds before the current one (`retries.py`)
     write: ClientWriter
 
     def accounted(self, answer: Answer) -> Reply:
-        """The final reply: the usage of every model call summed, and headers that say how the loop went."""
+        """The final reply: the usage of every model call, and headers that say how the loop went."""
         if self.depth == 0 and self.stop_reason == "finished":
             return answer.reply()  # no hook acted: the app's own bytes and headers
-        if self.depth and self.settings.sum_usage and answer.data is not None:
+        if self.depth and answer.data is not None:
             # From the bytes unless a hook rewrote them on purpose (a gate's edits of its `response` are not sent);
             # a pydantic body (an SDK object) is read back from the bytes it was written as.
             rewritten = answer.rewritten and isinstance(answer.data, dict)
             data = answer.data if rewritten else parse_object(answer.raw)
             if data is not None:
-                # What post hooks added (a server tool's own counters) counts on top of every call's usage.
-                answer = answer.replaced(JSONObject(data, usage=sum_usage([self.hooks_usage, *self.usages])))
+                # Summed or the last call's (by route, or `sum_usage`), each call listed in `usage.iterations`;
+                # what post hooks added (a server tool's own counters) counts on top of the calls' sum.
+                summed = self.settings.sum_usage
+                usage = turn_usage(
+                    data.get("usage"),
+                    self.usages,
+                    self.hooks_usage,
+                    self.surface.sums_usage if summed is None else summed,
+                    self.surface.usage_entry,
+                )
+                if usage is not None:
+                    answer = answer.replaced(JSONObject(data, usage=usage))
         return answer.reply(self.loop_headers())
 
     def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:

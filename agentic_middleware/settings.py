@@ -65,7 +65,7 @@ class Settings:
     routes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ROUTES))
     max_agentic_loops: int = DEFAULT_MAX_AGENTIC_LOOPS
     custom_llm_provider: str | Mapping[str, str] | None = None
-    sum_usage: bool = True
+    sum_usage: bool | None = None  # None: as the route's provider does (summed on messages), accounting.md
     log_bodies: bool = False
     tracing: bool = False
     on_round: Callable[..., Any] | None = None
@@ -100,7 +100,9 @@ class Settings:
             raise ConfigurationError(
                 f"stream_keepalive must be at least {MIN_KEEPALIVE:g} s, got {self.stream_keepalive!r}"
             )
-        for name in ("sum_usage", "log_bodies", "tracing", "error_details", "gates_see_stream"):
+        if self.sum_usage is not None and not isinstance(self.sum_usage, bool):
+            raise ConfigurationError(f"sum_usage must be true, false or null, got {self.sum_usage!r}")
+        for name in ("log_bodies", "tracing", "error_details", "gates_see_stream"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.internal_headers, Mapping) or not all(

@@ -24,7 +24,13 @@ MAX_PIECES = 64
 """The most deltas one string is cut into: past 16 KB (at the default size), pieces grow with the string."""
 
 # Counters the Messages API repeats in `message_delta`; the SDKs overwrite with them when present.
-_DELTA_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "server_tool_use")
+_DELTA_USAGE = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "server_tool_use",
+    "iterations",  # each model call's usage; the SDKs and Claude Code take it from message_delta
+)
 # Blocks whose `input` the API streams as `input_json_delta` (and the SDKs rebuild from it).
 _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 # Message fields chat streams as string deltas or as indexed tool-call deltas; any other field
@@ -109,6 +115,7 @@ def messages_block(index: int, block: Mapping[str, Any], *, chunk_size: int = CH
 def messages_start(response: Mapping[str, Any]) -> bytes:
     """`message_start` for a response: every input-side counter, `output_tokens` 0, no content yet."""
     usage: dict[str, Any] = dict(response.get("usage") or {})
+    usage.pop("iterations", None)  # complete only at the end: message_delta carries it
     message = {
         **response,
         "content": [],

@@ -63,13 +63,14 @@ CHAT_USAGE = [
 
 
 async def test_usage_is_summed_over_every_model_call_as_the_sdks_read_it() -> None:
+    """Summed on messages by default (as Anthropic's own server tools), and on chat with `sum_usage=True`."""
     model = ScriptedModel(
         message(tool_use("lookup", {"k": 1}), usage=MESSAGES_USAGE[0]),
         message("done", usage=MESSAGES_USAGE[1]),
         chat_completion(tool_calls=[tool_call("lookup", {"k": 1})], usage=CHAT_USAGE[0]),
         chat_completion("done", usage=CHAT_USAGE[1]),
     )
-    app = AgenticLoopMiddleware(model, hooks=[ToolHook()])
+    app = AgenticLoopMiddleware(model, hooks=[ToolHook()], sum_usage=True)
 
     reply = await anthropic_client(app).messages.create(
         model="m", max_tokens=5, messages=[{"role": "user", "content": "?"}]
@@ -138,7 +139,9 @@ async def test_an_option_keeps_the_last_calls_usage(route: Route) -> None:
     app = AgenticLoopMiddleware(ScriptedModel(first, last), hooks=[ToolHook()], sum_usage=False)
     async with http_client(app) as client:
         response = await post(client, route, route.request())
-    assert response.json()["usage"] == usages[1]
+    usage = response.json()["usage"]
+    assert usage.pop("iterations")[0]["type"] == "message"  # every call listed all the same: the bill
+    assert usage == usages[1]
 
 
 class Planned(CustomLogger):

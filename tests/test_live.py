@@ -105,7 +105,8 @@ async def test_every_rounds_text_streams_as_the_app_makes_it(route: str) -> None
         assert final.choices[0].message.content == PREAMBLE + "\n\n" + TOKENS
         assert not final.choices[0].message.tool_calls
         assert final.choices[0].finish_reason == "stop"
-        assert final.usage.prompt_tokens == 60 and final.usage.completion_tokens == 14
+        assert final.usage.prompt_tokens == 30 and final.usage.completion_tokens == 7  # the last round's
+        assert len(final.usage.model_extra["iterations"]) == 2  # type: ignore[index]  # each round's: the bill
     assert [request.body["stream"] for request in model.requests] == [True, True]
 
 

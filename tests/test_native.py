@@ -345,7 +345,8 @@ async def test_the_openai_sdk_reads_web_search_call_items_and_url_citations_on_r
     assert isinstance(citation, AnnotationURLCitation)
     assert text.text[citation.start_index : citation.end_index] == CANBERRA.url
     assert (citation.url, citation.title) == (CANBERRA.url, "Canberra")
-    assert answer.usage is not None and answer.usage.input_tokens == 40
+    assert answer.usage is not None and answer.usage.input_tokens == 30  # the last call's
+    assert sum(call["input_tokens"] for call in answer.usage.model_extra["iterations"]) == 40  # type: ignore[index]
     (options,) = search.options
     assert options is not None and options.allowed_domains == ("example.org", "travel.test")
     assert options.user_location == {"country": "AU"}

@@ -66,13 +66,17 @@ async def test_a_server_tool_runs_inside_one_sdk_call_and_the_rerun_replays_the_
     assert result.output_text == "The value is v1."
     assert [item.type for item in result.output] == ["message"]
     assert result.usage is not None
-    assert result.usage.model_dump(exclude_none=True) == {
-        "input_tokens": 30,
-        "input_tokens_details": {"cached_tokens": 12},
-        "output_tokens": 8,
-        "output_tokens_details": {"reasoning_tokens": 3},
-        "total_tokens": 38,
+    got = result.usage.model_dump(exclude_none=True)
+    calls = got.pop("iterations")  # every call's own usage: the bill is their sum (accounting.md)
+    assert got == {  # the last call's, the context a client such as Codex sizes from it
+        "input_tokens": 20,
+        "input_tokens_details": {"cached_tokens": 8},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 1},
+        "total_tokens": 25,
     }
+    assert [call["input_tokens"] for call in calls] == [10, 20]
+    assert sum(call["total_tokens"] for call in calls) == 38
     first, rerun = (request.body for request in model.requests)
     assert first["input"] == "What is k1?"
     assert first["tool_choice"] == "required"
@@ -144,7 +148,8 @@ async def test_at_the_cap_the_claimed_calls_and_their_reasoning_leave_the_output
     assert model.requests[-1].body["tool_choice"] == "none"
     assert [item.type for item in result.output] == ["message"]
     assert result.output_text == "Still looking."
-    assert result.usage is not None and result.usage.input_tokens == 40
+    assert result.usage is not None and result.usage.input_tokens == 10  # the last call's
+    assert sum(call["input_tokens"] for call in result.usage.model_extra["iterations"]) == 40  # type: ignore[index]
 
 
 async def test_repeated_calls_end_the_loop_without_the_claimed_call() -> None:
@@ -442,7 +447,8 @@ async def test_a_stream_is_one_lifecycle_that_the_sdk_helper_rebuilds() -> None:
     assert final.output_text == long_text == json_result.output_text
     assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
     assert final.model_dump(exclude_none=True) == json_result.model_dump(exclude_none=True)
-    assert final.usage is not None and final.usage.total_tokens == 36
+    assert final.usage is not None and final.usage.total_tokens == 24  # the last call's
+    assert sum(call["total_tokens"] for call in final.usage.model_extra["iterations"]) == 36  # type: ignore[index]
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
     assert kinds.count("response.output_text.delta") > 1
     assert kinds.count("response.created") == 1 and kinds.count("response.completed") == 1
@@ -471,7 +477,8 @@ async def test_stream_events_are_numbered_and_end_without_done() -> None:
     ]
     assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "fine"
-    assert events[-1]["response"]["usage"]["total_tokens"] == 30
+    assert events[-1]["response"]["usage"]["total_tokens"] == 15  # the last call's; each call's in `iterations`
+    assert [call["total_tokens"] for call in events[-1]["response"]["usage"]["iterations"]] == [15, 15]
 
 
 async def test_a_failed_loop_in_a_stream_is_a_failed_response() -> None:

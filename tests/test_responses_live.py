@@ -76,7 +76,8 @@ async def test_every_rounds_text_streams_in_one_lifecycle() -> None:
     assert [item.type for item in final.output] == ["message", "message"]  # no call, no reasoning that led to it
     assert [item.content[0].text for item in final.output] == [PREAMBLE, TOKENS]  # type: ignore[union-attr]
     assert final.id == first["id"]
-    assert final.usage is not None and (final.usage.input_tokens, final.usage.total_tokens) == (70, 84)
+    assert final.usage is not None and (final.usage.input_tokens, final.usage.total_tokens) == (40, 47)  # the last call
+    assert sum(call["total_tokens"] for call in final.usage.model_extra["iterations"]) == 84  # type: ignore[index]
     assert kinds.count("response.created") == kinds.count("response.completed") == 1
     assert numbers == sorted(set(numbers))
     assert [request.body["stream"] for request in model.requests] == [True, True]

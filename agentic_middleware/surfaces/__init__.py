@@ -227,6 +227,14 @@ class Surface(ABC):
             "gen_ai.usage.output_tokens": usage.get(self.usage_tokens[1]),
         }
 
+    # Whether the route's own provider sums a turn's model calls into the top-level `usage` (Anthropic does, for
+    # its server tools, and lists each call in `usage.iterations`); the default of `sum_usage` (accounting.md).
+    sums_usage: bool = False
+
+    def usage_entry(self, usage: Mapping[str, Any]) -> dict[str, Any]:
+        """One model call's usage as an entry of `usage.iterations`: the call's counters, typed `message`."""
+        return {"type": "message", **{key: value for key, value in usage.items() if key != "iterations"}}
+
     @abstractmethod
     def without_claimed(self, response: dict[str, Any], claims: Claims) -> dict[str, Any]:
         """A copy of the response without the claimed calls, ending the turn if none of the client's remain."""

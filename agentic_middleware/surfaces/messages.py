@@ -14,6 +14,9 @@ from ..payload import UNREAD, JSONObject, unread_input
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Claims, Pieces, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
 
+# The counters of a `message` entry of `usage.iterations` (the anthropic SDK's BetaMessageIterationUsage).
+_ITERATION_TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -51,6 +54,18 @@ class Messages(Surface):
     api_surface = "anthropic_messages"
     gates = ("async_should_run_agentic_loop",)
     plan_methods = ("async_build_agentic_loop_plan",)
+    sums_usage = True  # as the API does over the iterations of its own server tools
+
+    def usage_entry(self, usage: Mapping[str, Any]) -> dict[str, Any]:
+        """A call's usage as the API writes a `message` iteration: the four token counts always there (Claude Code
+        sizes its context from the last such entry only when all four are numbers), the cache breakdown if any."""
+        entry: dict[str, Any] = {"type": "message"}
+        for key in _ITERATION_TOKENS:
+            value = usage.get(key)
+            entry[key] = value if isinstance(value, int) and not isinstance(value, bool) else 0
+        if isinstance(usage.get("cache_creation"), Mapping):
+            entry["cache_creation"] = usage["cache_creation"]
+        return entry
 
     def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
         content = response.get("content")
