@@ -93,7 +93,8 @@ class SdkPostHook(ToolHook):
 
 async def test_usage_is_summed_when_a_post_hook_returns_an_sdk_object(route: Route) -> None:
     model = ScriptedModel(route.calls(("lookup", {"n": 1})), route.text("done"))
-    async with http_client(AgenticLoopMiddleware(model, hooks=[SdkPostHook()])) as client:
+    app = AgenticLoopMiddleware(model, hooks=[SdkPostHook()], sum_usage=True)  # summed on every route
+    async with http_client(app) as client:
         response = await post(client, route, route.request())
 
     body = response.json()

@@ -78,7 +78,9 @@ async def test_at_the_limit_one_closing_call_with_tools_off_answers_in_words(rou
     assert response.headers["x-agentic-loop-ended-by"] == "limit"
     assert response.headers["x-agentic-loop-reruns"] == "3"
     usage = body["usage"]
-    assert usage.get("input_tokens", usage.get("prompt_tokens")) == 40  # four calls summed
+    counted = [call.get("input_tokens", call.get("prompt_tokens")) for call in usage["iterations"]]
+    assert counted == [10, 10, 10, 10]  # the closing call's usage counts too
+    assert usage.get("input_tokens", usage.get("prompt_tokens")) == (40 if route.name == "messages" else 10)
 
 
 async def test_a_repeated_call_is_answered_with_its_earlier_result(route: Route) -> None:
