@@ -1,4 +1,5 @@
-"""The reply a looped request ends with: its usage (accounting.md), the headers that say how the loop went, or its error.
+"""The reply a looped request ends with: its usage (accounting.md), the headers that say how the loop went, or
+its error.
 
 `Replies` is a base of `AgenticLoop` (`loop.py`), beside `AskingHooks`: it reads the request's state, declared in
 `ends.RequestEnds`, once the rounds are over (or have failed).
