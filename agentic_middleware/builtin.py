@@ -40,15 +40,15 @@ def web_search(
     return websearch_hook(HttpSearch(url, kind, api_key), max_results)
 
 
-def compression(threshold: int = 4000, preview: int = 200, timeout: float = 30.0) -> object:
+def compression(threshold: int = 4000, preview: int = 200, timeout: float = 30.0, ttl: float = 86400.0) -> object:
     """Texts in the history longer than `threshold` characters become stubs with a key; `retrieve(key)` brings them
-    back (agentic_middleware.compression)."""
+    back (agentic_middleware.compression); a Responses turn's texts are kept `ttl` seconds for its follow-ups."""
     from .compression import CompressionHook
 
     for name, value in (("threshold", threshold), ("preview", preview)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
-    return CompressionHook(threshold, preview, float(timeout))
+    return CompressionHook(threshold, preview, float(timeout), ttl)
 
 
 BUILTIN_TOOLS: Mapping[str, Callable[..., object]] = {"web_search": web_search, "compression": compression}

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 from typing import Any
 
 import orjson
 
+from .errors import ConfigurationError
 from .store import FailureLog
 from .surfaces import surface_for
 from .tools import ServerTools, server_tool
@@ -66,10 +68,12 @@ class CompressionHook(ServerTools):
     """Stubs long history contents and serves `retrieve`; the message the model must act on is never stubbed."""
 
     def __init__(self, threshold: int = 4000, preview: int = 200, timeout: float = 30.0, ttl: float = 86400.0) -> None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+            raise ConfigurationError(f"ttl must be a number of seconds above 0, got {ttl!r}")
         super().__init__([retrieve], timeout=timeout)
         self.threshold = threshold
         self.preview = preview
-        self.ttl = ttl  # how long a Responses turn's stubbed texts are kept for its follow-ups
+        self.ttl = float(ttl)  # how long a Responses turn's stubbed texts are kept for its follow-ups
 
     async def async_pre_agentic_loop_request_hook(  # None keeps the client's bytes
         self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]

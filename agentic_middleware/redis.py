@@ -34,6 +34,7 @@ from .store import StoreUnavailable
 __all__ = ["RedisChainStore", "RedisStore"]
 
 DEFAULT_TIMEOUT = 2.0  # seconds: a Redis on the same network answers in a millisecond or two
+MAX_PX = 2**62  # a time to live (ms) past what Redis can count (now + PX within 64 bits) is kept as long as it can
 
 
 class RedisStore:
@@ -46,19 +47,35 @@ class RedisStore:
             raise ConfigurationError(f"the Redis prefix must be a string, got {prefix!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
             raise ConfigurationError(f"the Redis timeout must be a number of seconds above 0, got {timeout!r}")
-        try:
-            self.client: aioredis.Redis = aioredis.Redis.from_url(
-                url,
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-                retry=Retry(NoBackoff(), 1),  # once more on a fresh connection: a pooled one may predate a restart
-            )
-        except (ValueError, RedisError) as error:
-            raise ConfigurationError(f"not a Redis URL ({error}): {_shown(url)}") from None
+        self.url = url
         self.prefix = prefix
         self.timeout = float(timeout)
+        try:
+            self.client: aioredis.Redis = self._connect()  # checks the URL now; connects on first use
+        except (ValueError, RedisError) as error:
+            raise ConfigurationError(f"not a Redis URL ({error}): {_shown(url)}") from None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop `client`'s connections belong to
         kwargs = self.client.connection_pool.connection_kwargs
         self.where = f"Redis at {kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}".rstrip(":")
+
+    def _connect(self) -> aioredis.Redis:
+        return aioredis.Redis.from_url(
+            self.url,
+            socket_timeout=self.timeout,
+            socket_connect_timeout=self.timeout,
+            retry=Retry(NoBackoff(), 1),  # once more on a fresh connection: a pooled one may predate a restart
+        )
+
+    def _client(self) -> aioredis.Redis:
+        """The client of the running event loop: an asyncio connection serves only the loop that opened it, so
+        a store used from another loop (a test client's loop per request, a loop per test) gets a client of its
+        own; the former one's connections are left to their loop, which may be closed already."""
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            if self.loop is not None:
+                self.client = self._connect()
+            self.loop = loop
+        return self.client
 
     def __repr__(self) -> str:
         return f"RedisStore({self.where}, prefix={self.prefix!r})"
@@ -66,7 +83,7 @@ class RedisStore:
     async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         try:
             async with asyncio.timeout(self.timeout * 2):  # the retry's connect and read each have `timeout`
-                return await getattr(self.client, name)(*args, **kwargs)
+                return await getattr(self._client(), name)(*args, **kwargs)
         except (RedisError, OSError, TimeoutError) as error:
             reason = "no answer in time" if isinstance(error, TimeoutError) else f"{type(error).__name__}: {error}"
             raise StoreUnavailable(f"{self.where} failed ({reason})") from error
@@ -76,14 +93,15 @@ class RedisStore:
         return value if isinstance(value, bytes) or value is None else bytes(value)
 
     async def put(self, key: str, value: bytes, ttl: float) -> None:
-        await self._call("set", self.prefix + key, value, px=max(1, int(ttl * 1000)))
+        await self._call("set", self.prefix + key, value, px=round(min(max(ttl * 1000, 1), MAX_PX)))
 
     async def delete(self, key: str) -> None:
         await self._call("delete", self.prefix + key)
 
     async def aclose(self) -> None:
         """Close the client's connections (a gateway's shutdown; they would close with the process anyway)."""
-        await self.client.aclose()
+        if self.loop is None or self.loop is asyncio.get_running_loop():
+            await self.client.aclose()
 
 
 class RedisChainStore(KeyValueChainStore):

@@ -299,11 +299,11 @@ async def test_gateway_keys_are_required_when_set_and_health_stays_open(monkeypa
 def test_built_in_tools_by_name_in_the_yaml(tmp_path: Path) -> None:
     config = tmp_path / "tools.yaml"
     config.write_text(
-        "agentic_middleware:\n  builtin_tools:\n    compression: {threshold: 100}\n"
+        "agentic_middleware:\n  builtin_tools:\n    compression: {threshold: 100, ttl: 3600}\n"
         "    web_search: {backend: searxng, url: 'http://searx.test', max_results: 3}\n"
     )
     compression, search = load_config(config).hooks
-    assert isinstance(compression, CompressionHook) and compression.threshold == 100
+    assert isinstance(compression, CompressionHook) and compression.threshold == 100 and compression.ttl == 3600
     assert isinstance(search, ServerTools) and [getattr(tool, "name", None) for tool in search.tools] == ["web_search"]
     for text, message in [
         ("{websearch: {}}", "unknown built-in tool 'websearch' (known: web_search, compression)"),
@@ -311,6 +311,8 @@ def test_built_in_tools_by_name_in_the_yaml(tmp_path: Path) -> None:
         ("{web_search: {backend: tavily}}", "the tavily backend needs url"),
         ("{web_search: {colour: red}}", "unexpected keyword argument 'colour'"),
         ("{compression: {threshold: 0}}", "threshold must be a positive integer"),
+        ("{compression: {ttl: 0}}", "ttl must be a number of seconds above 0, got 0"),
+        ("{compression: {ttl: .inf}}", "ttl must be a number of seconds above 0, got inf"),
         ("[web_search]", "must be a mapping of tool name to options"),
     ]:
         config.write_text(f"agentic_middleware:\n  builtin_tools: {text}\n")

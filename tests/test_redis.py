@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -29,7 +30,7 @@ import pytest
 from storing import StoringModel, app_of
 
 from agentic_middleware import AgenticLoopMiddleware
-from agentic_middleware.compression import KIND
+from agentic_middleware.compression import KIND, CompressionHook
 from agentic_middleware.config import load_config
 from agentic_middleware.errors import ConfigurationError
 from agentic_middleware.gateway import serving
@@ -380,3 +381,31 @@ def test_without_the_redis_package_the_import_names_the_extra() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )
     assert done.returncode == 1 and "pip install 'agentic-middleware[redis]'" in done.stderr, done.stderr
+
+
+def test_a_redis_chain_store_serves_each_event_loop_it_is_used_in(redis_server: RedisServer) -> None:
+    """Starlette's TestClient (not entered) runs each request in an event loop of its own, as a test suite with a
+    loop per test does with a module's app: the store's connections of one loop must not serve the next."""
+    from starlette.testclient import TestClient
+
+    store = StoringModel(lambda body: answer(body))
+    answer = answer_of(store)
+    app, _ = app_of(store)
+    gateway = AgenticLoopMiddleware(app, hooks=[CompressionHook()], chain_store=RedisChainStore(redis_server.url))
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key=KEY, http_client=TestClient(gateway), max_retries=0)
+    with client.responses.stream(model="m", input=history()) as events:
+        turn = events.get_final_response()
+    assert turn.id == store.answers[0]["id"]  # a live stream's id: a record is kept on Redis
+    follow_up = client.responses.create(model="m", input="Once more.", previous_response_id=turn.id)
+    assert store.model.requests[2].body["previous_response_id"] == store.answers[1]["id"]  # chained from the record
+    assert follow_up.output_text == f"Quoted: {LONG[:30]}"  # and the stash kept on Redis served the retrieve
+
+
+async def test_a_ttl_past_what_redis_can_count_keeps_the_value(redis_server: RedisServer) -> None:
+    chains = RedisChainStore(redis_server.url, ttl=1e17)  # "forever": Redis's PX cannot hold that many ms
+    await chains.put("k", {"previous_response_id": "r", "input": [], "caller": "-"})
+    assert await chains.get("k") == {"previous_response_id": "r", "input": [], "caller": "-"}
+    state = CallerState(chains.store, {"headers": [(b"authorization", b"Bearer one")]})
+    await state.put(KIND, "c1", "text", math.inf)  # a hook's ttl is the hook's: the store takes any
+    assert await state.get(KIND, "c1") == "text"
+    await chains.store.aclose()
