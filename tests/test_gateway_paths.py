@@ -142,7 +142,11 @@ async def test_the_base_url_may_end_with_or_without_v1(suffix: str) -> None:
     assert [path for _, path, _, _ in seen] == ["/v1/models", "/v1/chat/completions"]
 
 
-@pytest.mark.parametrize("path", ["/v1/../admin", "/v1/%2e%2e/admin", "/v1/./models", "/v1/%2E%2E/x", "/v1/x/.."])
+CLIMBING = ["/v1/../admin", "/v1/%2e%2e/admin", "/v1/./models", "/v1/%2E%2E/x", "/v1/x/.."]
+CLIMBING += ["/v1/%5c..%5cadmin", "/v1/%5C..%5C%5C..%5Cx", "/v1/..%5cadmin", "/v1/x/%2e%2e%5C"]  # `\` as `/` (WHATWG)
+
+
+@pytest.mark.parametrize("path", CLIMBING)
 async def test_a_path_that_climbs_out_of_the_base_is_refused(path: str) -> None:
     seen: Seen = []
     async with serving(echo(seen)) as upstream, gateway_in_front_of(Upstream(f"{upstream}/api/v1"), Settings()) as url:
@@ -230,7 +234,11 @@ def test_flags_and_variables_build_the_upstreams(monkeypatch: pytest.MonkeyPatch
     ("argv", "variables", "message"),
     [
         (["--upstream", "localhost:8000"], {}, "AGENTIC_UPSTREAM: the upstream must be an http(s) URL"),
-        (["--anthropic-upstream", "http://a.test"], {}, "neither AGENTIC_OPENAI_UPSTREAM nor AGENTIC_UPSTREAM"),
+        (
+            ["--anthropic-upstream", "http://a.test"],
+            {},
+            "neither --openai-upstream / AGENTIC_OPENAI_UPSTREAM nor --upstream / AGENTIC_UPSTREAM",
+        ),
         (
             ["--upstream", "http://a.test", "--host", "0.0.0.0"],
             {"AGENTIC_UPSTREAM_API_KEY": "k"},

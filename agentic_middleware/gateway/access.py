@@ -1,9 +1,9 @@
 """The gateway's own client keys (`AGENTIC_GATEWAY_API_KEYS`): with an upstream key in the gateway, whoever reaches
 it spends that key, so a gateway that listens beyond this machine with one must check who calls it.
 
-A request must carry one of the keys as `x-api-key` or `authorization: Bearer`, as the Anthropic and OpenAI SDKs
-send their `api_key`; else it gets a 401 in its route's error shape and nothing goes up. `/health` stays open (a load
-balancer's probe carries no key). Keys are compared in constant time.
+A request must carry one of the keys as `x-api-key`, `authorization: Bearer` or `api-key`, as the Anthropic, OpenAI
+and Azure OpenAI SDKs send their `api_key`; else it gets a 401 in its route's error shape and nothing goes up.
+`/health` stays open (a load balancer's probe carries no key). Keys are compared in constant time.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class RequireKey:
         self.keys = keys
 
     def allowed(self, headers: Headers) -> bool:
-        offered = [value.encode("latin-1") for value in headers.getlist("x-api-key")]
+        offered = [value.encode("latin-1") for name in ("x-api-key", "api-key") for value in headers.getlist(name)]
         for value in headers.getlist("authorization"):
             scheme, _, token = value.partition(" ")
             if scheme.lower() == "bearer":

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 from ..config import Settings, load_config
 from ..middleware import AgenticLoopMiddleware
@@ -57,6 +58,9 @@ class Forwarding:
         self.model = model
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # a WebSocket (a server that hands them on, as hypercorn does): refused, a 403
+            await WebSocketClose(code=1008)(scope, receive, send)
+            return
         response = await self.model.forward(Request(scope, receive))
         await response(scope, receive, send)
 

@@ -14,6 +14,8 @@ import argparse
 import asyncio
 import ipaddress
 import os
+import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -27,6 +29,7 @@ from .app import DEMO_CONFIG
 from .metrics import MULTIPROCESS_VARIABLE
 
 PROG = "agentic-gateway"
+BIND_FAILED = 3  # uvicorn's own exit status when it cannot bind
 
 
 def _number(least: int, most: int | None = None) -> Callable[[str], int]:
@@ -159,14 +162,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    problem = _cannot_listen(args.host, args.port)
+    if problem is not None:  # one line of ours, before any worker starts, rather than uvicorn's start-up and stop
+        print(f"{PROG}: error: cannot listen on {args.host}:{args.port}: {problem}", file=sys.stderr)
+        return BIND_FAILED
+    metrics_folder = None  # a folder of ours for the workers' metrics, removed at exit (not one the operator named)
     if args.workers > 1 and not os.environ.get(MULTIPROCESS_VARIABLE):
-        os.environ[MULTIPROCESS_VARIABLE] = tempfile.mkdtemp(prefix="agentic-gateway-metrics-")
+        metrics_folder = os.environ[MULTIPROCESS_VARIABLE] = tempfile.mkdtemp(prefix="agentic-gateway-metrics-")
     behind = _described(model)
     tools = f"tools from {config}" if config is not None else "no --config: forwarding only, no server tools"
     workers = f", {args.workers} workers" if args.workers > 1 else ""
     print(f"gateway on http://{args.host}:{args.port}{workers} in front of {behind}; {tools}", flush=True)
-    _serve(args)
+    try:
+        _serve(args)
+    finally:
+        if metrics_folder is not None:
+            shutil.rmtree(metrics_folder, ignore_errors=True)
+            os.environ.pop(MULTIPROCESS_VARIABLE, None)
     return 0
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why uvicorn could not listen on `host:port` (a port in use, a host that does not resolve or is not this
+    machine's), tried as it binds (every address the host resolves to, `SO_REUSEADDR`); None when it can. Port 0
+    always can. uvicorn binds again after this: a port taken in between is still its own one `ERROR:` line."""
+    if port == 0:
+        return None
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as error:
+        return f"the host does not resolve ({error.strerror or error})"
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as error:
+                return (error.strerror or str(error)).lower()
+    return None
 
 
 def _described(model: Any) -> str:

@@ -44,6 +44,22 @@ UPSTREAM_KEY = "AGENTIC_UPSTREAM_API_KEY"
 ANTHROPIC_KEY = "AGENTIC_ANTHROPIC_UPSTREAM_API_KEY"
 OPENAI_KEY = "AGENTIC_OPENAI_UPSTREAM_API_KEY"
 GATEWAY_KEYS = "AGENTIC_GATEWAY_API_KEYS"
+FLAGS = {
+    UPSTREAM: "--upstream",
+    ANTHROPIC_UPSTREAM: "--anthropic-upstream",
+    OPENAI_UPSTREAM: "--openai-upstream",
+    CONFIG: "--config",
+    HOST: "--host",
+    PORT: "--port",
+    WORKERS: "--workers",
+    SHUTDOWN_TIMEOUT: "--shutdown-timeout",
+}
+
+
+def named(variable: str) -> str:
+    """A setting as an error message names it: its flag and its variable (`--upstream / AGENTIC_UPSTREAM`), as the
+    operator may have given either; a key, which has no flag, by its variable."""
+    return f"{FLAGS[variable]} / {variable}" if variable in FLAGS else variable
 
 
 def _value(environ: Mapping[str, str], name: str) -> str | None:
@@ -60,16 +76,19 @@ def model_from_env(error_details: bool = True, environ: Mapping[str, str] = os.e
     if anthropic is None or openai is None:
         given = ANTHROPIC_UPSTREAM if openai is None else OPENAI_UPSTREAM
         missing = OPENAI_UPSTREAM if openai is None else ANTHROPIC_UPSTREAM
-        raise ValueError(f"{given} is set but neither {missing} nor {UPSTREAM}: where does the other API family go?")
+        raise ValueError(
+            f"{named(given)} is set but neither {named(missing)} nor {named(UPSTREAM)}: "
+            "where does the other API family go?"
+        )
     shared = _value(environ, UPSTREAM_KEY)
     anthropic_key = _value(environ, ANTHROPIC_KEY) or shared
     openai_key = _value(environ, OPENAI_KEY) or shared
 
-    def upstream(url: str, key: str | None, named: str) -> Upstream:
+    def upstream(url: str, key: str | None, variable: str) -> Upstream:
         try:
             return Upstream(url, error_details=error_details, api_key=key)
         except ValueError as error:
-            raise ValueError(f"{named if _value(environ, named) else UPSTREAM}: {error}") from None
+            raise ValueError(f"{named(variable if _value(environ, variable) else UPSTREAM)}: {error}") from None
 
     if anthropic == openai and anthropic_key == openai_key:
         return upstream(anthropic, anthropic_key, ANTHROPIC_UPSTREAM)
@@ -86,9 +105,9 @@ def replaces_keys(environ: Mapping[str, str] = os.environ) -> bool:
 def config_path(environ: Mapping[str, str] = os.environ) -> Path | None:
     """The config to read: AGENTIC_CONFIG; unset, the demo's in front of the demo model and none (no server tools,
     forwarding only) in front of an upstream."""
-    named = _value(environ, CONFIG)
-    if named is not None:
-        return Path(named)
+    given = _value(environ, CONFIG)
+    if given is not None:
+        return Path(given)
     upstreams = (UPSTREAM, ANTHROPIC_UPSTREAM, OPENAI_UPSTREAM)
     return None if any(_value(environ, name) for name in upstreams) else DEMO_CONFIG
 

@@ -8,6 +8,7 @@ Every series is named `agentic_*`:
 | `agentic_requests_total` | counter | route, ended_by | client requests the loop saw, by how their loop ended |
 | `agentic_looped_requests_total` | counter | route | those whose loop reran the model at least once |
 | `agentic_reruns_total` | counter | route | internal model calls after the first (reruns and closing calls) |
+| `agentic_rerun_retries_total` | counter | route | reruns tried again after a transient error (`rerun_retries`) |
 | `agentic_tool_calls_total` | counter | route, tool, outcome | tool calls hooks claimed, by the round's outcome |
 | `agentic_loop_seconds` | histogram | route | a request's time in the model app and in hooks, over its rounds |
 | `agentic_live_streams` | gauge | | event streams being sent to clients right now |
@@ -63,6 +64,12 @@ class GatewayMetrics:
             "agentic_looped_requests", "Client requests whose loop reran the model", ["route"], registry=registry
         )
         self.reruns = Counter("agentic_reruns", "Internal model calls after the first", ["route"], registry=registry)
+        self.rerun_retries = Counter(
+            "agentic_rerun_retries",
+            "Reruns tried again after a transient error of the model app",
+            ["route"],
+            registry=registry,
+        )
         self.tool_calls = Counter(
             "agentic_tool_calls", "Server tool calls claimed by hooks", ["route", "tool", "outcome"], registry=registry
         )
@@ -86,6 +93,8 @@ class GatewayMetrics:
         self.rounds.labels(record.route, record.outcome).inc()
         for tool in record.tools:
             self.tool_calls.labels(record.route, tool, record.outcome).inc()
+        if record.retries:
+            self.rerun_retries.labels(record.route).inc(record.retries)
         spent = self._open.pop(record.litellm_call_id, 0.0) + record.app_seconds + record.hook_seconds
         if record.outcome in NOT_FINAL:
             self._open[record.litellm_call_id] = spent

@@ -3,12 +3,12 @@
 Every path goes up as the client sent it, any method: the base URL is the model server's, with or without a
 trailing `/v1` (`http://localhost:11434` and `http://localhost:11434/v1` are the same upstream), and a client's
 `/v1/chat/completions` goes to `{server}/v1/chat/completions`, its `/v1/models` to `{server}/v1/models`, its `HEAD /`
-to `{server}/`. A path with a `.` or `..` segment is refused (400), so no client climbs out of a base such as
-`https://host/openai/v1`. The client's query string, credentials and API headers go up as they are (a repeated
-header stays repeated, a missing one stays missing), unless the operator gives an upstream key, which replaces the
-client's (see `Upstream`); the upstream's status, body and the headers a client of the API reads (content-type,
-request ids, retry and rate-limit headers) come back as they are, errors and redirects included, and a stream comes
-back chunk by chunk.
+to `{server}/`. A path with a `.` or `..` segment (between `/` or `\\`, percent-encoded or not) is refused (400),
+so no client climbs out of a base such as `https://host/openai/v1`. The client's query string, credentials and API
+headers go up as they are (a repeated header stays repeated, a missing one stays missing), unless the operator gives
+an upstream key, which replaces the client's (see `Upstream`); the upstream's status, body and the headers a client
+of the API reads (content-type, request ids, retry and rate-limit headers) come back as they are, errors and
+redirects included, and a stream comes back chunk by chunk.
 
 The client is `aiohttp`: measured side by side against the same upstream (`python -m benchmarks --case 5`), a POST
 costs it about a third of the CPU of httpx over the `httpx-aiohttp` transport and a tenth of plain httpx's, and a
@@ -19,6 +19,7 @@ is decided when the gateway starts, not on each request.
 from __future__ import annotations
 
 import os
+import re
 import ssl
 import urllib.parse
 import urllib.request
@@ -32,9 +33,9 @@ from yarl import URL
 
 from .wire import Route, error_response, route_of
 
-FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"content-type", b"accept"})
+FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"content-type", b"accept"})
 FORWARDED_PREFIXES = (b"anthropic-", b"openai-")
-KEY_HEADERS = frozenset({b"authorization", b"x-api-key"})
+KEY_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key"})  # `api-key`: Azure OpenAI's
 RETURNED_HEADERS = frozenset(
     {
         b"content-type",
@@ -64,8 +65,9 @@ class Upstream:
     that each worker process of a multi-worker server has its own. With `error_details=False` a 502 of the gateway's
     own does not name the upstream's address or the error's text, only the error's kind.
 
-    With `api_key`, the client's own key never goes up: the key header the client sent (`x-api-key` or
-    `authorization`) carries `api_key` instead (`authorization: Bearer <api_key>`), and a request that sent neither
+    With `api_key`, the client's own key never goes up: the key header the client sent (`x-api-key`, Azure's
+    `api-key` or `authorization`) carries `api_key` instead (`authorization: Bearer <api_key>`), and a request that
+    sent none
     gets the one its API family uses (`x-api-key` for Anthropic's, under /v1/messages or with an
     `anthropic-version` header; `authorization` otherwise).
 
@@ -167,6 +169,8 @@ class Upstream:
             forwarded = [(n, v) for n, v in forwarded if n not in KEY_HEADERS]
             if b"x-api-key" in sent:
                 forwarded.append((b"x-api-key", self.api_key.encode("latin-1")))
+            if b"api-key" in sent:
+                forwarded.append((b"api-key", self.api_key.encode("latin-1")))
             if b"authorization" in sent:
                 forwarded.append((b"authorization", f"Bearer {self.api_key}".encode("latin-1")))
         return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in forwarded]
@@ -207,8 +211,12 @@ class Upstreams:
 
 
 def _climbs(path: bytes) -> bool:
-    """Whether a path has a `.` or `..` segment, percent-encoded or not."""
-    segments = urllib.parse.unquote(path.decode("latin-1")).split("/")
+    """Whether a path has a `.` or `..` segment, percent-encoded or not, with `\\` (or `%5C`) taken as a segment
+    separator too: a browser reads `\\` in an http URL as `/` (the WHATWG URL standard), and so do servers that
+    decode `%5C` before they resolve a path (Windows and IIS, some frameworks), so `/v1/%5C..%5Cadmin` climbs out of
+    the base there. Refused rather than normalised: no client of a model API sends one, and a path rewritten here
+    could mean one thing to the gateway and another to the upstream."""
+    segments = re.split(r"[/\\]", urllib.parse.unquote(path.decode("latin-1")))
     return any(segment in (".", "..") for segment in segments)
 
 
