@@ -10,6 +10,7 @@ from .hooks import AgenticHook, AgenticLoopLogging, AgenticLoopPlan, AgenticLoop
 from .middleware import AgenticLoopMiddleware
 from .observe import RoundRecord
 from .payload import JSONObject
+from .policy import ToolPolicy
 from .tools import ServerTools
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ServerTool",
     "ServerTools",
     "Settings",
+    "ToolPolicy",
     "__version__",
     "load_config",
     "server_tool",

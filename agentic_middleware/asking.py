@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .closing import closing_body
+from .closing import answered, claimed_calls, closing_body
 from .dispatch import Answer
 from .ends import CLEANUP_HOOK as CLEANUP_HOOK
 from .ends import POST_HOOK as POST_HOOK
@@ -27,6 +27,7 @@ from .ends import is_internal_field as is_internal_field
 from .errors import ConfigurationError, HookError
 from .hooks import PLAN_PARAMETERS, AgenticLoopRequestPatch, BoundHook, as_plan, check_patch
 from .payload import JSONObject, wrap
+from .policy import claimed_names, denied_results
 from .settings import loop_limit
 from .surfaces import claims_of
 
@@ -43,10 +44,18 @@ class Closing(NamedTuple):
     hook: BoundHook
 
 
+class Denied(NamedTuple):
+    """A round whose claim holds a call the tool policy refuses (policy.py): the body that answers every claimed
+    call with an error result, and the hook whose claim it was; no plan runs."""
+
+    body: dict[str, Any]
+    hook: BoundHook
+
+
 class AskingHooks(RequestEnds):
     """The hook side of `AgenticLoop` for each round: gates, plans, refusals, the next body."""
 
-    async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing:
+    async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing | Denied:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
         fingerprint = None
         shown = _Shown(answer, response)
@@ -77,6 +86,11 @@ class AskingHooks(RequestEnds):
                         return Closing(body, hook)
                 ended = self.surface.without_claimed(sent, claims)
                 return answer.replaced(self.surface.filled(ended, self.settings.closing_text))
+            if self.policy is not None and self.policy.judges_names:
+                denied = self.denied(hook, claim, answer, shown)
+                if denied is not None:
+                    self.seen.add(fingerprint)
+                    return denied
             method = hook.plan_method(self.surface.plan_methods)
             if method is None:
                 continue
@@ -107,6 +121,30 @@ class AskingHooks(RequestEnds):
         if shown.shown and self.executed:  # the post hooks get the final answer as the app sent it, too
             return Answer(answer.start, answer.raw, shown.next(False), answer.rewritten)
         return answer
+
+    def denied(self, hook: BoundHook, claim: Any, answer: Answer, shown: _Shown) -> Denied | Answer | None:
+        """The round the tool policy makes of a claim holding a call the caller may not use: every claimed call gets
+        an error result and the model is asked again, no plan runs (None: the claim is allowed). A claim that does
+        not name its calls cannot be judged, and fails; one naming calls the answer does not hold ends the loop
+        without them."""
+        assert self.policy is not None
+        names = claimed_names(claim)
+        if names is None:
+            gate = next(gate for gate in self.surface.gates if hook.methods[gate] is not None)
+            raise HookError(
+                hook.name, gate, "claimed calls without naming each in `tool_calls`: the tool policy cannot judge them"
+            )
+        if all(map(self.policy.allows, names)):
+            return None
+        self.round.tools = names
+        sent, claims = shown.as_sent(), claims_of([claim])
+        claimed = claimed_calls(self.surface, sent, claims)
+        if not claimed:
+            self.finish("denied", hook)
+            ended = self.surface.without_claimed(sent, claims)
+            return answer.replaced(self.surface.filled(ended, self.settings.closing_text))
+        results = denied_results(self.surface, claimed, self.policy)
+        return Denied(answered(self.surface, self.body, sent, claimed, results), hook)
 
     async def ask_gate(self, hook: BoundHook, response: JSONObject, kwargs: dict[str, Any]) -> Any:
         """The gate's claim when it says yes, else None; chat asks LiteLLM's chat-only gate first."""

@@ -34,12 +34,9 @@ def closing_body(
     (a call in words would hide them from it).
     """
     calls = surface.calls(response)
-    claimed = [call for call in calls if surface.is_claimed(call, claims)]
-    if not claimed or len(claimed) < len(calls):
+    if not calls or not all(surface.is_claimed(call, claims) for call in calls):
         return None
-    ids = {id(call) for call in claimed}
-    group = next(group for group in surface.call_groups(response) if any(id(call) in ids for call in group))
-    claimed = [call for call in group if id(call) in ids]  # one conversation goes on (chat's `n` > 1)
+    claimed = claimed_calls(surface, response, claims)
     messages = surface.messages(body)
     history = messages if isinstance(messages, list) else []
     if reason == "limit":
@@ -50,8 +47,29 @@ def closing_body(
             _repeated(earlier.get((str(surface.call_name(call)), canonical(surface.call_input(call)))))
             for call in claimed
         ]
+    return surface.tools_off(answered(surface, body, response, claimed, results))
+
+
+def claimed_calls(surface: Surface, response: dict[str, Any], claims: Claims) -> list[dict[str, Any]]:
+    """The claimed calls of the answer as the app sent it, of the one alternative that has any (chat's `n` > 1:
+    one conversation goes on)."""
+    ids = {id(call) for call in surface.calls(response) if surface.is_claimed(call, claims)}
+    group = next((group for group in surface.call_groups(response) if any(id(call) in ids for call in group)), [])
+    return [call for call in group if id(call) in ids]
+
+
+def answered(
+    surface: Surface,
+    body: dict[str, Any],
+    response: dict[str, Any],
+    claimed: list[dict[str, Any]],
+    results: list[ToolResult],
+) -> dict[str, Any]:
+    """The next request body: the history, the assistant turn with only the claimed calls, and their results."""
+    messages = surface.messages(body)
+    history = messages if isinstance(messages, list) else []
     conversation = [*history, *surface.follow_up(response, claimed, results)]
-    return surface.tools_off(surface.rerun_body({**body, surface.messages_field: conversation}))
+    return surface.rerun_body({**body, surface.messages_field: conversation})
 
 
 def _repeated(result: Any) -> ToolResult:

@@ -142,7 +142,7 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
     if options.get(MCP_SERVERS) is not None:
         hooks += _mcp_hooks(options.pop(MCP_SERVERS), f"{SECTION}.{MCP_SERVERS}", file)
     options.pop(MCP_SERVERS, None)
-    for name in ("on_round", "caller"):
+    for name in ("on_round", "caller", "tool_policy"):
         if isinstance(options.get(name), str):
             options[name] = import_callable(options[name], f"{SECTION}.{name} in {file}", file.parent)
     if options.get("chain_store") is not None:

@@ -25,6 +25,7 @@ from .live import LiveStream
 from .native.live import LiveRecords
 from .observe import Observer, RoundRecord, usage_added
 from .payload import wrap
+from .policy import ToolPolicy, scoped
 from .precall import model_call_details, run_pre_call
 from .settings import Settings, loop_limit
 from .store import CallerState, KeyValueStore
@@ -75,9 +76,11 @@ class RequestEnds:
     events: EventStream | LiveStream | None
     dispatch: Dispatcher
     client: ClientWatch
+    policy: ToolPolicy | None  # what the caller may use, and the cap of its loop limit (policy.py)
+    client_tools: Any  # the tools of the client's own request
     # Its loop so far.
     depth: int
-    limit: int
+    _limit: int
     round: RoundRecord
     stop_reason: str
     plan_stop_reason: str | None
@@ -88,6 +91,20 @@ class RequestEnds:
     patch_kwargs: dict[str, Any]
     executed: list[Rerun]
     _logging_obj: AgenticLoopLogging | None
+
+    @property
+    def limit(self) -> int:
+        """The request's loop limit: whatever sets it (the settings, `request.state`, a pre-call hook, a plan's
+        patch), never above the tool policy's cap."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = value if self.policy is None else self.policy.capped(value)
+
+    def on_the_wire(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A body as it goes to the model app: without the hooks' tools the caller may not use (policy.py)."""
+        return body if self.policy is None else scoped(self.surface, body, self.client_tools, self.policy)
 
     @functools.cached_property
     def encoder(self) -> BodyEncoder:
@@ -134,7 +151,7 @@ class RequestEnds:
         if changed_by is None:
             return raw
         try:
-            return self.encoder.encode(self.body)
+            return self.encoder.encode(self.on_the_wire(self.body))
         except TypeError as error:
             raise HookError(*changed_by, f"the request is not JSON: {error}") from None
 

@@ -18,13 +18,14 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from .asking import AskingHooks, Closing, Rerun
+from .asking import AskingHooks, Closing, Denied, Rerun
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
 from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
 from .live import LiveStream
 from .loop_setup import LoopSetup as LoopSetup
 from .observe import RoundRecord, set_attributes
+from .policy import ToolPolicy
 from .replies import Replies
 from .retries import dispatched as retried
 from .settings import loop_limit
@@ -57,8 +58,11 @@ class AgenticLoop(AskingHooks, Replies):
         streaming: bool = False,
         relay: StreamRelay | None = None,
         checks_only: bool = False,
+        policy: ToolPolicy | None = None,
     ) -> None:
         settings = setup.settings
+        self.policy = policy  # what this caller may use (policy.py): before the limit, which it caps
+        self.client_tools = body.get("tools")  # the client's own, which the policy leaves declared
         self.checks_only = checks_only  # a request that does not loop: its guardrails judge it, the app answers it
         self.hooks = setup.hooks
         self.request_hooks = setup.request_hooks
@@ -238,6 +242,8 @@ class AgenticLoop(AskingHooks, Replies):
         if answer is None:
             return None
         looping = may_loop and bool(self.limit)  # a pre-call hook may have set the limit
+        # A tool policy's cap of 0: no tool was declared, and a call the model makes anyway is removed, not sent on.
+        looping = looping or (self.policy is not None and self.policy.max_agentic_loops == 0 and not self.checks_only)
         self.limit = self.request_limit()  # or by the app, during its first call
         if not looping:
             return answer  # no reruns for this request: the app's answer as it is, no hook asked
@@ -249,6 +255,10 @@ class AgenticLoop(AskingHooks, Replies):
                 self.executed.append(step)
                 self.body = self.patched(step)
                 self.round.outcome = "rerun"
+                self.round.hook = step.hook.name
+            elif isinstance(step, Denied):  # the loop's own round: no plan ran, so no post or cleanup hook
+                self.body = step.body
+                self.round.outcome = "denied"
                 self.round.hook = step.hook.name
             else:  # the closing call: no plan of a hook, so no post or cleanup hook of its own
                 self.body = step.body
@@ -265,7 +275,7 @@ class AgenticLoop(AskingHooks, Replies):
             self.stop_reason = "app_answer"
         return answer
 
-    async def rerun(self, step: Rerun | Closing) -> Answer | None:
+    async def rerun(self, step: Rerun | Closing | Denied) -> Answer | None:
         """The next round: one call of the app with the current body, the same for every rerun and the closing call."""
         if self.observer.wants(self.round):
             await self.observer.round_done(self.round)
@@ -273,7 +283,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.retried += self.round.retries
         self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
         try:
-            raw = self.encoder.encode(self.body)
+            raw = self.encoder.encode(self.on_the_wire(self.body))
         except TypeError as error:
             method = step.method if isinstance(step, Rerun) else "closing call"
             raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None

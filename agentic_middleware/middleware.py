@@ -15,12 +15,14 @@ from .asking import is_internal_field
 from .callers import Caller
 from .chains import ChainStore, chains_of, hooks_store
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
+from .errors import RequestRefused
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
 from .lifespan import HookLifecycle
 from .loop import AgenticLoop
 from .loop_setup import LoopSetup
 from .observe import Observer, RoundCallback
+from .policy import PolicyFunction, ToolPolicy, policy_of
 from .precall import has_pre_call
 from .routes import warn_uncovered
 from .shown import ShownIds
@@ -39,6 +41,8 @@ class AgenticLoopMiddleware:
     `previous_response_id` needs after a Responses turn whose id names an incomplete stored response (chains.py):
     in this process by default, a `ChainStore` shared by replicas, or False for none. `caller(scope)` (sync or async,
     or a dotted path) says who is calling, so that its records serve that caller alone (callers.py).
+    `tool_policy(scope)` (sync or async, or a dotted path) says which server tools the request may use and caps its
+    loop limit (policy.py): a `ToolPolicy`, or None for everything.
     """
 
     def __init__(
@@ -68,6 +72,7 @@ class AgenticLoopMiddleware:
         gates_see_stream: bool | None = None,
         chain_store: ChainStore | bool | None = None,
         caller: Caller | str | None = None,
+        tool_policy: PolicyFunction | str | None = None,
     ) -> None:
         self.app = app
         settings = config if isinstance(config, Settings) else load_config(config) if config else Settings()
@@ -94,6 +99,7 @@ class AgenticLoopMiddleware:
             internal_headers=internal_headers,
             gates_see_stream=gates_see_stream,
             caller=caller,
+            tool_policy=tool_policy,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         share_tools(self.settings.hooks)
@@ -169,10 +175,14 @@ class AgenticLoopMiddleware:
             takes_part = bool(self.hooks) and (not streaming or mode is not None) and not compact
             # A stream that passes by the loop is still judged by the guardrails: they judge the request.
             checks_only = not takes_part and bool(self.setup.guardrail_hooks)
-            stream_options = relay = None
+            stream_options = relay = policy = None
             if takes_part or checks_only:
+                if takes_part and self.settings.tool_policy is not None:
+                    read, policy = await self._policy(scope, surface, send)
+                    if not read:
+                        return
                 problem, code = _wrong_type(body), "invalid_request"
-                if problem is None and takes_part and self._may_loop(scope):
+                if problem is None and takes_part and self._may_loop(scope, policy):
                     problem, code = surface.unsupported(body), "unsupported_parameter"
                 if problem is not None:
                     await _refuse(send, surface, 400, problem[1], code, problem[0])
@@ -210,6 +220,7 @@ class AgenticLoopMiddleware:
                     streaming and not checks_only,  # passing by: the app's stream goes to the client as it is
                     relay,
                     checks_only,
+                    policy,
                 )
                 with self.lifecycle.in_flight:  # a shut-down waits for the loop, its cancellation included
                     await loop.run(raw)
@@ -256,10 +267,32 @@ class AgenticLoopMiddleware:
             surface = self.templated.get(path)
         return surface
 
-    def _may_loop(self, scope: Scope) -> bool:
-        """Whether this request's loop limit lets it rerun (`request.state.max_agentic_loops` when set)."""
+    def _may_loop(self, scope: Scope, policy: ToolPolicy | None) -> bool:
+        """Whether this request's loop limit lets it rerun (`request.state.max_agentic_loops` when set, under the
+        tool policy's cap)."""
         limit = scope.get("state", {}).get("max_agentic_loops", self.settings.max_agentic_loops)
+        if policy is not None and policy.max_agentic_loops == 0:
+            return False
         return not isinstance(limit, int) or isinstance(limit, bool) or limit > 0
+
+    async def _policy(self, scope: Scope, surface: Surface, send: Send) -> tuple[bool, ToolPolicy | None]:
+        """Whether the request's tool policy could be read (policy.py), and the policy, read once per request.
+
+        A function that fails refuses the request, never lets it run unchecked: a `RequestRefused` it raised with
+        its own status and headers, anything else (a wrong return type included) 503 `tool_policy_unavailable`."""
+        assert self.settings.tool_policy is not None
+        try:
+            return True, await policy_of(scope, self.settings.tool_policy)
+        except RequestRefused as refused:
+            logger.warning("the tool policy refused the request (%d): %s", refused.status, refused)
+            await _refuse(send, surface, refused.status, str(refused), refused.code, refused.param, refused.headers)
+        except Exception as error:
+            logger.error("the tool policy failed: %s: %s", type(error).__name__, error, exc_info=error)
+            message = f"the tool policy could not be read: {type(error).__name__}: {error}"
+            if not self.settings.error_details:
+                message = "the tool policy could not be read"
+            await _refuse(send, surface, 503, message, "tool_policy_unavailable")
+        return False, None
 
     def stream_mode(self, request: dict[str, Any]) -> str | None:
         """How a streaming request takes part: "live", "buffered", or None when it passes through untouched.
@@ -278,10 +311,18 @@ class AgenticLoopMiddleware:
         return "live" if setting is True or any(wishes) else None
 
 
-async def _refuse(send: Send, surface: Surface, status: int, message: str, code: str, param: str | None = None) -> None:
+async def _refuse(
+    send: Send,
+    surface: Surface,
+    status: int,
+    message: str,
+    code: str,
+    param: str | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
     """An answer of the middleware's own, in the route's error shape; the app is not called."""
     error = surface.error_body(status, message, code, param)
-    await send(json_start(status, len(error)))
+    await send(json_start(status, len(error), headers))
     await send({"type": "http.response.body", "body": error})
 
 

@@ -47,7 +47,7 @@ class RoundRecord:
 
 RoundCallback = Callable[[RoundRecord], Any]
 
-_WARNINGS = frozenset(("limit", "repeated_tool_calls", "hook_error", "app_error", "timeout", "cancelled"))
+_WARNINGS = frozenset(("limit", "repeated_tool_calls", "denied", "hook_error", "app_error", "timeout", "cancelled"))
 
 
 def _level(record: RoundRecord) -> int:

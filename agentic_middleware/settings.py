@@ -83,6 +83,7 @@ class Settings:
     gates_see_stream: bool = True
     caller: Callable[..., Any] | None = None  # who is calling (callers.py); None: the key hash
     chain_store: Any = None  # the middleware's `chain_store` (chains.py); YAML's `{redis: URL}` is a RedisChainStore
+    tool_policy: Callable[..., Any] | None = None  # what each caller may use (policy.py); None: everything
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
@@ -135,10 +136,13 @@ class Settings:
             object.__setattr__(self, "on_round", import_callable(self.on_round, "on_round", None))
         if self.on_round is not None and not callable(self.on_round):
             raise ConfigurationError(f"on_round must be a callable or a dotted path to one, got {self.on_round!r}")
-        if isinstance(self.caller, str):
-            object.__setattr__(self, "caller", import_callable(self.caller, "caller", None))
-        if self.caller is not None and not callable(self.caller):
-            raise ConfigurationError(f"caller must be a callable or a dotted path to one, got {self.caller!r}")
+        for name in ("caller", "tool_policy"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, import_callable(getattr(self, name), name, None))
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise ConfigurationError(
+                    f"{name} must be a callable or a dotted path to one, got {getattr(self, name)!r}"
+                )
         known = surfaces()
         if isinstance(self.routes, str) and self.routes in PRESETS:
             preset = {path: name for path, name in PRESETS[self.routes].items() if name in known}

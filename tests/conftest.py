@@ -12,8 +12,8 @@ from starlette.types import ASGIApp
 
 
 def anthropic_client(app: ASGIApp, base_url: str = "http://gateway", **options: object) -> anthropic.AsyncAnthropic:
+    options.setdefault("api_key", "test-key")
     return anthropic.AsyncAnthropic(
-        api_key="test-key",
         base_url=base_url,
         http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
         max_retries=0,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import fnmatch
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,6 +21,7 @@ from starlette.types import Scope
 from ..declare import ServerTool
 from ..errors import ConfigurationError
 from ..native import NativeOptions
+from ..policy import matches, names_of
 from ..schema import portable
 from ..surfaces import ToolResult
 from ..tools import ServerTools
@@ -162,7 +162,7 @@ class MCPTools(ServerTools):
                 break
         names = {tool.name for tool in listed}
         for wanted in self.allowed_tools or ():
-            if not any(fnmatch.fnmatchcase(name, wanted) for name in names):
+            if not any(matches(name, (wanted,)) for name in names):
                 logger.warning("MCP server %s: allowed tool %r matches none of its tools", self.label, wanted)
         served: dict[str, tuple[str, ServerTool]] = {}
         for tool in listed:
@@ -202,9 +202,9 @@ class MCPTools(ServerTools):
         return [*self.by_name, *self._withheld]
 
     def _allowed(self, name: str) -> bool:
-        if self.allowed_tools is not None and not any(fnmatch.fnmatchcase(name, p) for p in self.allowed_tools):
+        if self.allowed_tools is not None and not matches(name, self.allowed_tools):
             return False
-        return not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.denied_tools)
+        return not matches(name, self.denied_tools)
 
     def _declared(self, tool: mcp_types.Tool) -> ServerTool:
         name = _TOOL_NAME.sub("_", f"{self.prefix}_{tool.name}" if self.prefix else tool.name)[:64]
@@ -267,10 +267,7 @@ def _needs_task(tool: mcp_types.Tool) -> bool:
 
 def _names(names: str | Iterable[str], option: str) -> tuple[str, ...]:
     """A list of names, where one string is one name (not its characters)."""
-    listed = (names,) if isinstance(names, str) else tuple(names)
-    if not all(isinstance(name, str) and name for name in listed):
-        raise ConfigurationError(f"MCP {option} must be a name or a list of names, got {names!r}")
-    return listed
+    return names_of(names, option, "MCP") or ()
 
 
 def from_config(entries: object, where: str) -> tuple[MCPTools, ...]:

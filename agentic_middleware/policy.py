@@ -1,0 +1,156 @@
+"""Per-caller tool policy: which of the server's tools one request may use, and how many reruns it gets.
+
+`tool_policy(scope) -> ToolPolicy | None` (sync or async) is the middleware's `tool_policy` option, read once per
+request before anything is declared or run. The loop applies the answer in two places that every route, stream and
+hook passes (asking.py): what is sent to the model app (`scoped`: a tool a hook declared that the caller may not use is
+left out of the body on the wire; the hooks still see the request they made, so that their gates still claim a call
+the model makes to it anyway), and the claims of the gates (`denied`: a round claiming such a call runs no plan, and
+every claimed call gets an error result the model reads). Names are matched as MCP's `allowed_tools` match them
+(`matches`, the one matcher of both), against the names the model sees: after an MCP `prefix`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Scope
+
+from .errors import ConfigurationError
+from .surfaces import Surface, ToolResult, canonical, field
+
+PolicyFunction = Callable[[Scope], "ToolPolicy | Awaitable[ToolPolicy | None] | None"]
+
+DENIED = "Not run: this caller may not use the tool {name!r}. Go on without it."
+HELD_BACK = (
+    "Not run: this turn also called {denied}, which this caller may not use, so none of its server calls ran. "
+    "Call {name!r} again, without {denied}, if you still need it."
+)
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether a tool name matches any of the names or shell patterns (`"get_*"`), case-sensitively: MCP's
+    `allowed_tools` and `denied_tools` and the tool policy's lists are read by this one function."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def names_of(value: str | Iterable[str] | None, option: str, owner: str) -> tuple[str, ...] | None:
+    """A list of names, where one string is one name (not its characters); None stays None."""
+    if value is None:
+        return None
+    listed = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Iterable) else None
+    if listed is None or not all(isinstance(name, str) and name for name in listed):
+        raise ConfigurationError(f"{owner} {option} must be a name or a list of names, got {value!r}")
+    return listed
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """What one caller may do with the server's tools.
+
+    `allowed_tools`: the tool names (or shell patterns) the caller may use, None for all; `denied_tools`: those it
+    may not, applied after `allowed_tools`; both name tools as the model sees them (an MCP tool with its `prefix`).
+    `max_agentic_loops` caps the request's loop limit (whatever else sets it), None for no cap. `ToolPolicy()`
+    allows everything, as no policy does.
+    """
+
+    allowed_tools: tuple[str, ...] | None = None
+    denied_tools: tuple[str, ...] | None = None
+    max_agentic_loops: int | None = None
+
+    def __init__(
+        self,
+        allowed_tools: str | Iterable[str] | None = None,
+        denied_tools: str | Iterable[str] | None = None,
+        max_agentic_loops: int | None = None,
+    ) -> None:
+        object.__setattr__(self, "allowed_tools", names_of(allowed_tools, "allowed_tools", "ToolPolicy"))
+        object.__setattr__(self, "denied_tools", names_of(denied_tools, "denied_tools", "ToolPolicy") or None)
+        limit = max_agentic_loops
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise ConfigurationError(f"ToolPolicy max_agentic_loops must be a whole number >= 0, got {limit!r}")
+        object.__setattr__(self, "max_agentic_loops", limit)
+
+    @property
+    def judges_names(self) -> bool:
+        """Whether some tool name may be refused (else only the loop limit is capped)."""
+        return self.allowed_tools is not None or self.denied_tools is not None
+
+    def allows(self, name: str) -> bool:
+        """Whether the caller may use the tool the model knows as `name`."""
+        if self.allowed_tools is not None and not matches(name, self.allowed_tools):
+            return False
+        return self.denied_tools is None or not matches(name, self.denied_tools)
+
+    def capped(self, limit: int) -> int:
+        """The request's loop limit under this policy's cap."""
+        return limit if self.max_agentic_loops is None else min(limit, self.max_agentic_loops)
+
+
+async def policy_of(scope: Scope, function: PolicyFunction) -> ToolPolicy | None:
+    """The policy for this request, as the function gives it. A function that raises raises; one that returns
+    anything but a `ToolPolicy` or None raises TypeError: the middleware refuses the request on either (fail closed),
+    never running it unchecked."""
+    value: Any = function(scope)
+    if inspect.isawaitable(value):
+        value = await value
+    if value is not None and not isinstance(value, ToolPolicy):
+        raise TypeError(f"the tool_policy function must return a ToolPolicy or None, got {type(value).__name__}")
+    return value
+
+
+def scoped(surface: Surface, body: dict[str, Any], client_tools: Any, policy: ToolPolicy) -> dict[str, Any]:
+    """The body as it goes to the model app: without the tools a hook declared that the caller may not use.
+
+    A tool the client declared itself (one equal to a tool of its own request) stays: the client runs it, not the
+    server. When no tool is left, `tools` goes, and `tool_choice` with it (an API refuses either without tools).
+    """
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not policy.judges_names:
+        return body
+    own: set[bytes] | None = None
+    kept = []
+    for tool in tools:
+        name = surface.declared_name(tool)
+        if not isinstance(name, str) or policy.allows(name):
+            kept.append(tool)
+            continue
+        if own is None:
+            own = {canonical(tool) for tool in client_tools} if isinstance(client_tools, list) else set()
+        if canonical(tool) in own:
+            kept.append(tool)
+    if len(kept) == len(tools):
+        return body
+    if kept:
+        return {**body, "tools": kept}
+    return {name: value for name, value in body.items() if name not in ("tools", "tool_choice")}
+
+
+def claimed_names(claim: Any) -> list[str] | None:
+    """The tool names of a gate's claim (its `tool_calls`, as LiteLLM's hooks name them); None when the claim does
+    not name every call it makes, so that the policy cannot judge it."""
+    calls = field(claim, "tool_calls")
+    if not isinstance(calls, list | tuple) or not calls:
+        return None
+    names = []
+    for call in calls:
+        name = field(call, "name") or field(field(call, "function"), "name")
+        if not isinstance(name, str):
+            return None
+        names.append(name)
+    return names
+
+
+def denied_results(surface: Surface, claimed: list[dict[str, Any]], policy: ToolPolicy) -> list[ToolResult]:
+    """The error results of a round whose claim holds a call the caller may not use: each such call is refused, and
+    the others of the claim are held back with it (the hook's plan runs the claim whole, or not at all)."""
+    names = [str(surface.call_name(call)) for call in claimed]
+    refused = sorted({name for name in names if not policy.allows(name)})
+    denied = ", ".join(repr(name) for name in refused)
+    return [
+        ToolResult(DENIED.format(name=name) if name in refused else HELD_BACK.format(denied=denied, name=name), True)
+        for name in names
+    ]
