@@ -30,6 +30,7 @@ from harness import (
 
 CUT_OFF = "cut off mid-stream"  # Claude Code's own words when it asks the model to resume a broken stream
 SILENCE = 12.0  # seconds the tool runs in the long-silence tests: past the byte watchdog's 10 s
+PATIENCE = 40.0  # seconds the control's tool waits for the client to give up: far past the watchdog
 
 
 async def claude(
@@ -150,15 +151,18 @@ async def test_claude_code_waits_out_a_long_tool_on_the_gateways_pings() -> None
 
 
 async def test_without_keepalives_claude_codes_watchdog_cuts_the_same_silence_and_the_tool_runs_again() -> None:
-    """The control of the test above: the same silence with no keep-alive in it (stream_keepalive past the tool's
-    run) trips the watchdog; Claude Code then asks again, so the tool runs a second time (the run is stopped there)."""
-    lookup = Lookup(sleep=SILENCE)
+    """The control of the test above: the same tool with no keep-alive in its silence (stream_keepalive past the
+    tool's run) trips the watchdog; Claude Code then asks again, so the tool runs a second time (the run is stopped
+    there). The tool stays silent until that second run (at most PATIENCE), not SILENCE: on a loaded machine a
+    watchdog that fires a little late must not meet the tool's end first and pass the turn as if nothing was cut."""
+    lookup = Lookup(gated=True, patience=PATIENCE)
     brain = Brain()
     watchdog = {"CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS": "10000"}
     with tempfile.TemporaryDirectory() as home:
         async with gateway(brain, lookup, keepalive=60.0) as (url, model):
             await claude(url, "What is the value of k?", Path(home), env=watchdog, stop=lookup.ran_again)
     assert len(lookup.runs) > 1  # cut off mid-stream, Claude Code sent the turn again
+    assert lookup.released_by_client is None  # while the first run was still silent, not after it
     assert CUT_OFF in json.dumps(model.requests[-1].body["messages"][-1])
 
 
