@@ -90,8 +90,9 @@ async def test_the_agents_sdk_follows_up_with_the_turn_as_it_got_it() -> None:
 @pytest.mark.parametrize("keepalive", [0.5, 60.0], ids=["keepalives", "none"])
 async def test_a_long_tool_outlasts_the_read_timeout_on_keepalives_alone(keepalive: float) -> None:
     """With keep-alives the run ends well; the control, with none inside the silence (stream_keepalive past the
-    tool's run), times out: the silence is long enough to matter."""
-    lookup = Lookup(sleep=SILENCE)
+    tool's run), times out: the silence is long enough to matter. The control's tool stays silent until the client
+    gives up (at most 30 s), so a read timeout that fires late on a loaded machine still fires inside the silence."""
+    lookup = Lookup(sleep=SILENCE) if keepalive < SILENCE else Lookup(gated=True, patience=30.0)
     brain = Brain()
     async with gateway(brain, lookup, keepalive=keepalive) as (url, _):
         if keepalive < SILENCE:

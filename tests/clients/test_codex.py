@@ -144,13 +144,16 @@ async def test_with_keepalives_as_comments_only_codex_gives_up_on_the_same_silen
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The control of the test above, as main was before keep-alive events: the same silence filled with
-    `: keep-alive` comments trips Codex's idle timeout; it reconnects (stream_max_retries) and the turn runs again."""
+    `: keep-alive` comments trips Codex's idle timeout; it reconnects (stream_max_retries) and the turn runs again.
+    The tool stays silent until that second run (at most 30 s), so an idle timer that fires late on a loaded machine
+    still fires inside the silence."""
     monkeypatch.setattr(ResponsesRelay, "keepalive", lambda self: None)  # the surface's comment instead
-    lookup = Lookup(sleep=SILENCE)
+    lookup = Lookup(gated=True, patience=30.0)
     brain = Brain()
     async with gateway(brain, lookup, keepalive=0.5) as (url, _):
         outcome = await Codex(root, url, idle_ms=IDLE_MS).exec("What is the value of k?", stop=lookup.ran_again)
     assert not succeeded(outcome) and len(lookup.runs) > 1
+    assert lookup.released_by_client is None  # cut while the first run was still silent
 
 
 async def test_a_529_on_a_rerun_is_retried_and_codex_gets_one_ordinary_answer(root: Path) -> None:
