@@ -95,7 +95,7 @@ async def test_gateway_keys_are_taken_from_azures_api_key_too() -> None:
     assert len(seen) == 1
 
 
-async def test_a_websocket_under_hypercorn_is_refused_with_a_403_and_nothing_goes_up() -> None:
+async def test_a_websocket_under_hypercorn_is_refused_with_a_426_and_nothing_goes_up() -> None:
     seen: Seen = []
     async with (
         serving(echo(seen)) as upstream,
@@ -105,7 +105,7 @@ async def test_a_websocket_under_hypercorn_is_refused_with_a_403_and_nothing_goe
             with pytest.raises(websockets.InvalidStatus) as refused:
                 async with websockets.connect(f"ws://127.0.0.1:{gateway.port}{path}", open_timeout=10):
                     pass
-            assert refused.value.response.status_code == 403, path
+            assert refused.value.response.status_code == 426, path  # Codex then falls back to HTTP at once
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.port}") as client:
             assert (await client.get("/v1/models")).status_code == 200  # the gateway still serves HTTP
     assert [path for _, path, _, _ in seen] == ["/v1/models"]

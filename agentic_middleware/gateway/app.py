@@ -23,7 +23,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
-from starlette.websockets import WebSocketClose
 
 from ..config import Settings, load_config
 from ..middleware import AgenticLoopMiddleware
@@ -51,18 +50,41 @@ class ModelRoute:
         await response(scope, receive, send)
 
 
+NO_WEBSOCKETS = "the gateway serves no websockets: send the request over HTTP"
+
+
 class Forwarding:
-    """Every path the gateway does not answer itself, any method, to the model's `forward`."""
+    """Every path the gateway does not answer itself, any method, to the model's `forward`.
+
+    Except a websocket handshake, on any path: the gateway relays no websockets, and a turn over one (Codex's
+    Responses websocket) would bypass the loop. It gets a 426 at once, which Codex takes as "use HTTP" and falls
+    back on; forwarded, the upstream's 404 or 405 made it retry the websocket for some seconds, each try an error
+    shown to its user. Under a server with websockets (a websocket scope) it is refused the same way."""
 
     def __init__(self, model: Forwarder) -> None:
         self.model = model
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # a WebSocket (a server that hands them on, as hypercorn does): refused, a 403
-            await WebSocketClose(code=1008)(scope, receive, send)
+        if scope["type"] != "http":  # a websocket, from a server that hands them on (hypercorn, uvicorn with ws)
+            await refuse_websocket(scope, send)
             return
-        response = await self.model.forward(Request(scope, receive))
+        request = Request(scope, receive)
+        if request.headers.get("upgrade", "").lower() == "websocket":  # a server without websockets (the CLI's)
+            response: Response = error_response(route_of(request.url.path), 426, NO_WEBSOCKETS)
+        else:
+            response = await self.model.forward(request)
         await response(scope, receive, send)
+
+
+async def refuse_websocket(scope: Scope, send: Send) -> None:
+    """A websocket handshake answered 426 in the route's error shape where the server can send an HTTP answer to
+    one (the ASGI `websocket.http.response` extension), else closed before it is accepted (the server's 403)."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": NO_WEBSOCKETS})
+        return
+    answer = error_response(route_of(scope["path"]), 426, NO_WEBSOCKETS)
+    await send({"type": "websocket.http.response.start", "status": 426, "headers": answer.raw_headers})
+    await send({"type": "websocket.http.response.body", "body": answer.body})
 
 
 async def health(request: Request) -> Response:
