@@ -4,6 +4,8 @@ The upstream is served by uvicorn on 127.0.0.1; the gateway's model app calls it
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import socket
 import ssl
@@ -25,7 +27,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from test_gateway import raw_upstream
 
-from agentic_middleware.gateway import DemoModel, Upstream, model_app, serving
+from agentic_middleware.config import Settings
+from agentic_middleware.gateway import DemoModel, Upstream, create_app, model_app, serving
 from agentic_middleware.gateway.environment import app_from_env
 
 ROOT = Path(__file__).parent.parent
@@ -213,3 +216,33 @@ def test_a_bad_upstream_with_workers_stops_the_start_once_with_exit_code_1() -> 
     assert done.returncode == 1, done.stderr
     assert "AGENTIC_UPSTREAM: the upstream must be an http(s) URL" in done.stderr
     assert "Traceback" not in done.stderr and "Started server process" not in done.stderr + done.stdout
+
+
+async def handshake(url: str, path: str) -> tuple[int, bytes]:
+    """A websocket opening handshake (RFC 6455) sent by hand: the answer's status and body."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    head += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    writer.write(head.encode())
+    answer = await asyncio.wait_for(reader.read(65536), 10)
+    writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize("ws", ["none", "wsproto"], ids=["server-without-websockets", "server-with-websockets"])
+async def test_a_websocket_handshake_gets_a_426_and_never_reaches_the_upstream(ws: str) -> None:
+    """Codex's built-in openai provider tries the Responses websocket first and falls back to HTTP at once on a 426;
+    forwarded (the upstream's 404 or 405), it retried for seconds, and under a server with websockets the gateway
+    raised. Nothing of a handshake goes up: the gateway relays no websockets, and a turn over one would bypass the
+    loop."""
+    seen: list[tuple[Request, bytes]] = []
+    async with serving(recording(seen, JSONResponse({}))) as upstream_url:
+        app = create_app(Settings(), Upstream(f"{upstream_url}/v1"))
+        async with serving(app, ws=ws) as url:
+            status, body = await handshake(url, "/v1/responses")
+            messages_status, messages_body = await handshake(url, "/v1/messages")
+    assert (status, messages_status) == (426, 426) and seen == []
+    assert "websockets" in json.loads(body)["error"]["message"]  # each in its route's error shape
+    assert json.loads(messages_body)["type"] == "error"

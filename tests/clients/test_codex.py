@@ -174,3 +174,22 @@ async def test_without_rerun_retries_a_529_on_a_rerun_makes_codex_run_the_turn_a
     async with gateway(brain, lookup, rerun_retries=0) as (url, _):
         await Codex(root, url).exec("What is the value of k?")
     assert lookup.runs == ["k", "k"] and brain.rounds[:3] == ["first", "overloaded", "first"]
+
+
+async def test_codexs_own_openai_provider_pointed_at_the_gateway_uses_http_at_once(root: Path) -> None:
+    """Codex's built-in `openai` provider (`openai_base_url`, no `[model_providers]` entry) tries the Responses
+    websocket first; the gateway answers its handshake 426, on which Codex falls back to HTTP without a retry or an
+    error shown (forwarded, the upstream's 404 or 405 cost some seconds of reconnects and four errors)."""
+    lookup = Lookup()
+    brain = Brain()
+    async with gateway(brain, lookup) as (url, model):
+        home, work = root / "codex-home", root / "work"
+        home.mkdir()
+        work.mkdir()
+        (home / "config.toml").write_text(f'model = "gpt-5"\nopenai_base_url = "{url}/v1"\n')
+        command = [str(cli("codex")), "exec", "--skip-git-repo-check", "--json", "--sandbox", "danger-full-access"]
+        env = {**base_env(home), "CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-test"}
+        outcome = await run([*command, "What is the value of k?"], env, work)
+    assert succeeded(outcome), outcome.stderr
+    assert outcome.of_type("error") == [] and messages(outcome) == [FIRST_TEXT, FINAL_TEXT]
+    assert lookup.runs == ["k"] and [request.path for request in model.requests] == ["/v1/responses"] * 2
