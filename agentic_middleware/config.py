@@ -127,7 +127,10 @@ def load_config(path: str | os.PathLike[str]) -> Settings:
         raise ConfigurationError(
             f"{file}: unknown option {', '.join(map(repr, unknown))} in {SECTION} (known: {', '.join(sorted(known))})"
         )
-    options = {name: _from_env(value, f"{SECTION}.{name}", file) for name, value in section.items()}
+    # A null option is one not given, as None is for the middleware's keyword arguments: its default.
+    options = {
+        name: _from_env(value, f"{SECTION}.{name}", file) for name, value in section.items() if value is not None
+    }
     litellm_settings = _mapping(document.get("litellm_settings") or {}, "litellm_settings", file)
     callbacks = _from_env(litellm_settings.get("callbacks") or [], "litellm_settings.callbacks", file)
     entries = (callbacks, options.pop("hooks", None) or [])

@@ -24,6 +24,7 @@ from .capture import ResponseCapture
 from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
+from .error_types import UNKNOWN_ERROR_STATUS
 from .native import NativeCall, NativeRun
 from .sniff import is_event_stream
 from .sse_reader import SSEReader
@@ -36,7 +37,7 @@ logger = logging.getLogger("agentic_middleware")
 _NOT_FORWARDED = frozenset((b"content-length", b"transfer-encoding", b"content-type", b"cache-control"))
 _FAILED_START: Message = {
     "type": "http.response.start",
-    "status": 502,
+    "status": UNKNOWN_ERROR_STATUS,
     "headers": [(b"content-type", b"application/json")],
 }
 
@@ -212,7 +213,8 @@ class RoundCapture(ResponseCapture):
     """The `send` of one round: an event stream is read as it comes, anything else as `ResponseCapture` does.
 
     When the stream ends, the capture holds the relay's accumulated body as a JSON answer, so the
-    dispatcher returns it like any other; a stream that failed or ended early becomes a 502 error answer.
+    dispatcher returns it like any other; a stream that failed or ended early becomes an error answer: of the status
+    its error event's type stands for (`error_types.py`), else 502.
     """
 
     def __init__(self, live: LiveStream, *args: Any, **kwargs: Any) -> None:
@@ -220,6 +222,7 @@ class RoundCapture(ResponseCapture):
         self.live = live
         self.reader: SSEReader | None = None
         self.failure: bytes | None = None
+        self.failure_status = UNKNOWN_ERROR_STATUS  # an error event's: the status its type stands for
 
     async def as_event_stream(self) -> bool:
         """The answer's first bytes are an event stream's though its type did not say: read it as one, live."""
@@ -254,16 +257,15 @@ class RoundCapture(ResponseCapture):
             out: list[bytes] = []
             try:
                 if self.size > self.limit:
-                    raise AppStreamError(
-                        self.live.surface.error_body(
-                            502, f"the model app's answer was over max_body_bytes={self.limit}", "model_app_error"
-                        )
+                    self.failure = self.live.surface.error_body(
+                        502, f"the model app's answer was over max_body_bytes={self.limit}", "model_app_error"
                     )
-                assert self.reader is not None
-                for event in self.reader.feed(chunk):
-                    out += self.live.relay.feed(event)
+                else:
+                    assert self.reader is not None
+                    for event in self.reader.feed(chunk):
+                        out += self.live.relay.feed(event)
             except AppStreamError as error:
-                self.failure = error.body
+                self.failure, self.failure_status = error.body, error.status
             except Exception as error:
                 message_text = f"the model app's stream could not be read: {type(error).__name__}: {error}"
                 self.failure = self.live.surface.error_body(502, message_text, "model_app_error")
@@ -278,7 +280,7 @@ class RoundCapture(ResponseCapture):
             self.chunks = [orjson.dumps(body)]
             return
         self.readable = False
-        self.start = _FAILED_START
+        self.start = {**_FAILED_START, "status": self.failure_status}
         self.chunks = [
             self.failure
             or self.live.surface.error_body(

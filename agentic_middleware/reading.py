@@ -14,6 +14,7 @@ import orjson
 from starlette.types import Message, Send
 
 from .asgi import JSON_TYPE, Headers, with_length
+from .error_types import error_status
 from .sniff import EVENTS, JSON, OTHER, SNIFF_BYTES, encoding_of, is_json, media_type, sniffed, unjudged_reason
 
 _SPACE = b" \t\r\n"  # JSON's white space
@@ -174,7 +175,7 @@ class AnswerReading:
                 self.refused = f"the model app answered a call that did not stream with an event stream: {problem}"
                 return
             if isinstance(answer, bytes):  # the stream's own error event, as the route's error body
-                start, body = {**start, "status": 502}, answer
+                start, body = {**start, "status": error_status(answer)}, answer
             else:
                 body = orjson.dumps(answer)
                 self.readable = True

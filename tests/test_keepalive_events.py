@@ -10,6 +10,7 @@ import contextlib
 from typing import Any
 
 import openai
+from openai.types.responses import Response
 from servers import serving
 from streams import event_stream
 
@@ -17,6 +18,7 @@ from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, 
 from agentic_middleware.testing import ScriptedModel, function_call, response
 
 KEEPALIVES = 3  # repeated `response.in_progress` events the client must see while the tool runs
+INSTRUCTIONS = "Be helpful. " * 1700  # ~20 KB, as a coding agent's system prompt
 
 
 def gated_app() -> tuple[Any, asyncio.Event, list[str]]:
@@ -31,6 +33,11 @@ def gated_app() -> tuple[Any, asyncio.Event, list[str]]:
         return f"value of {key}"
 
     first = response("Let me look.", function_call("slow_lookup", {"key": "k"}))
+    # The request echoed, as the API's response.created does: a keep-alive must not repeat it every few seconds.
+    first["instructions"] = INSTRUCTIONS
+    first["tools"] = [
+        {"type": "function", "name": f"tool_{n}", "parameters": {"type": "object"}, "strict": False} for n in range(10)
+    ]
     model = ScriptedModel(
         event_stream(list(sse.responses_events(first))),
         event_stream(list(sse.responses_events(response("It is v.")))),
@@ -44,6 +51,7 @@ async def test_the_openai_stream_helper_gets_keepalive_events_and_accumulates_th
     kinds: list[str] = []
     numbers: list[int] = []
     lifecycle_ids: list[str] = []
+    keepalive_sizes: list[int] = []
     async with contextlib.AsyncExitStack() as stack, serving("uvicorn", app) as server, asyncio.timeout(20):
         client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="k", max_retries=0)
         await stack.enter_async_context(client)
@@ -53,6 +61,9 @@ async def test_the_openai_stream_helper_gets_keepalive_events_and_accumulates_th
                 numbers.append(event.sequence_number)
                 if event.type.startswith("response.") and hasattr(event, "response"):
                     lifecycle_ids.append(event.response.id)
+                if event.type == "response.in_progress" and kinds.count("response.in_progress") > 1:
+                    keepalive_sizes.append(len(event.to_json(indent=None)))
+                    Response.model_validate(event.response.to_dict())  # what the SDK's type requires is there
                 if event.type == "response.in_progress" and runs and kinds.count("response.in_progress") > KEEPALIVES:
                     release.set()  # the keep-alives reached the client as events while the tool ran
             final = await stream.get_final_response()
@@ -62,6 +73,7 @@ async def test_the_openai_stream_helper_gets_keepalive_events_and_accumulates_th
     assert final.output_text == "Let me look.It is v."
     assert [item.type for item in final.output] == ["message", "message"]
     assert set(lifecycle_ids) == {final.id}  # every keep-alive names the client's response
+    assert keepalive_sizes and max(keepalive_sizes) < 400  # not the 20 KB of instructions and tools again
 
 
 async def test_the_agents_sdk_gets_keepalive_events_and_the_final_output() -> None:

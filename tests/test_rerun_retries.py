@@ -309,3 +309,80 @@ def test_rerun_retries_must_be_a_whole_number(tmp_path: Any) -> None:
     config = tmp_path / "agentic.yaml"
     config.write_text("agentic_middleware:\n  rerun_retries: 5\n")
     assert AgenticLoopMiddleware(ScriptedModel(), config=str(config)).settings.rerun_retries == 5
+
+
+def test_rerun_retries_null_in_yaml_is_the_default_as_none_is_in_code(tmp_path: Any) -> None:
+    config = tmp_path / "agentic.yaml"
+    config.write_text("agentic_middleware:\n  rerun_retries: null\n  max_agentic_loops: null\n")
+    from_yaml = AgenticLoopMiddleware(ScriptedModel(), config=str(config)).settings
+    in_code = AgenticLoopMiddleware(ScriptedModel(), rerun_retries=None, max_agentic_loops=None).settings
+    assert from_yaml.rerun_retries == in_code.rerun_retries == 2
+    assert from_yaml.max_agentic_loops == in_code.max_agentic_loops
+
+
+def _responses_failure(code: str, message: str, event: str) -> bytes:
+    """A Responses stream that fails at once: `response.created`, then `response.failed` or the `error` event."""
+    created = {"id": "resp_x", "object": "response", "created_at": 1, "status": "in_progress", "output": []}
+    opening = sse.named_event(
+        "response.created", {"type": "response.created", "sequence_number": 0, "response": created}
+    )
+    if event == "failed":
+        failed = {**created, "status": "failed", "error": {"code": code, "message": message}}
+        return opening + sse.named_event(
+            "response.failed", {"type": "response.failed", "sequence_number": 1, "response": failed}
+        )
+    return opening + sse.named_event(
+        "error", {"type": "error", "sequence_number": 1, "code": code, "message": message, "param": None}
+    )
+
+
+ERROR_EVENTS = {
+    "messages invalid_request_error": ("messages", sse.messages_error("invalid_request_error", "prompt is too long")),
+    "messages authentication_error": ("messages", sse.messages_error("authentication_error", "invalid x-api-key")),
+    "messages permission_error": ("messages", sse.messages_error("permission_error", "not allowed")),
+    "messages not_found_error": ("messages", sse.messages_error("not_found_error", "no such model")),
+    "messages request_too_large": ("messages", sse.messages_error("request_too_large", "too large")),
+    "chat invalid_prompt": ("chat", sse.chat_error("flagged prompt", "invalid_request_error", "invalid_prompt")),
+    "responses failed invalid_prompt": ("responses", _responses_failure("invalid_prompt", "flagged prompt", "failed")),
+    "responses error invalid_request_error": (
+        "responses",
+        _responses_failure("invalid_request_error", "bad input", "error"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ERROR_EVENTS)
+async def test_a_rerun_stream_failing_with_a_lasting_error_type_is_not_retried_and_keeps_its_type(case: str) -> None:
+    route, error = ERROR_EVENTS[case]
+    kind = case.split()[-1]
+    model = ScriptedModel(first(route, True), event_stream([error]), default=final(route, True))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    if route == "messages":
+        with pytest.raises(anthropic.APIStatusError) as claude_raised:
+            await ask(app, route, True)
+        assert isinstance(claude_raised.value.body, dict)
+        assert claude_raised.value.body["error"]["type"] == kind  # not api_error
+    else:
+        with pytest.raises(openai.APIError) as gpt_raised:
+            await ask(app, route, True)
+        assert gpt_raised.value.code == kind
+        assert gpt_raised.value.type == "invalid_request_error"  # not server_error
+    assert len(model.requests) == 2 and RUNS == ["k"]  # the rerun, not retried
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_rerun_stream_failing_with_a_transient_error_type_is_retried(stream: bool) -> None:
+    error = sse.chat_error("Rate limit reached", "requests", "rate_limit_exceeded")
+    model = ScriptedModel(first("chat", stream), event_stream([error]), default=final("chat", stream))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    text, _ = await ask(app, "chat", stream)
+    assert text == "The value is v." and len(model.requests) == 3 and RUNS == ["k"]
+
+
+async def test_a_rerun_answered_with_an_error_stream_gives_a_json_client_its_status_and_type() -> None:
+    error = sse.messages_error("permission_error", "not allowed")
+    model = ScriptedModel(first("messages", False), event_stream([error]), default=final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    with pytest.raises(anthropic.PermissionDeniedError) as raised:
+        await ask(app, "messages", False)
+    assert raised.value.status_code == 403 and len(model.requests) == 2

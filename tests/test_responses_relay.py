@@ -207,8 +207,9 @@ def test_the_apps_error_event_is_raised_in_openai_error_shape() -> None:
         "message": "busy",
         "param": None,
         "code": "rate_limit_exceeded",
-        "type": "server_error",
+        "type": "invalid_request_error",  # OpenAI's type of a 429, the status its code stands for
     }
+    assert raised.value.status == 429  # retried as a 429 (error_types.py)
 
 
 def test_a_failure_after_the_start_ends_the_same_lifecycle() -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from ..error_types import error_status
 from ..sse_reader import ServerSentEvent, SSEReader
 from ..tool_results import Image as Image
 from ..tool_results import Source as Source
@@ -78,11 +79,13 @@ class StreamMismatch(Exception):
 
 
 class AppStreamError(Exception):
-    """The app's event stream carried an error; `body` is that error as the route's JSON error body."""
+    """The app's event stream carried an error; `body` is that error as the route's JSON error body, `status` the
+    one its type stands for (`error_types.py`)."""
 
     def __init__(self, body: bytes) -> None:
         super().__init__(body.decode(errors="replace"))
         self.body = body
+        self.status = error_status(body)
 
 
 class Pieces:

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from .. import sse
+from ..error_types import ANTHROPIC_TYPES
 from ..native import NativeCall, NativeFormat, NativeRun
 from ..native.messages import MessagesNative, cited, pair, server_id, server_tool_use
 from ..payload import UNREAD, JSONObject, unread_input
@@ -126,7 +127,8 @@ class Messages(Surface):
         return sse.messages_ping()
 
     def error_event(self, status: int, message: str, code: str) -> bytes:
-        return sse.messages_error(_error_type(status), message)
+        # The app's own error type when it gave one (a rerun's `billing_error` stays that), else the status's.
+        return sse.messages_error(code if code in ANTHROPIC_TYPES else _error_type(status), message)
 
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"name": name, "description": description, "input_schema": schema}

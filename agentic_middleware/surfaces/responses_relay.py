@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from .. import sse
+from ..error_types import error_status
 from ..native import NativeCall, NativeRun
 from ..native.responses import searching, url_citations, web_search_call
 from ..reasoning import leading
@@ -23,6 +24,8 @@ from .responses import CALL_TYPES, is_call
 
 _LIFECYCLE_START = frozenset({"response.created", "response.in_progress", "response.queued"})
 _LIFECYCLE_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# What a keep-alive's `response.in_progress` keeps of the response (the fields the openai SDK's `Response` requires).
+_KEEPALIVE_FIELDS = ("created_at", "model", "parallel_tool_calls", "tool_choice")
 _NOTHING: tuple[bytes, ...] = ()
 
 
@@ -110,15 +113,12 @@ class ResponsesRelay(StreamRelay):
                 created = payload.get("response")
                 self.created = created if isinstance(created, dict) else {}
             return (self.emit.renumbered(payload),)
+        elif kind == "response.failed" or kind == "error":
+            raise AppStreamError(_error_body(kind, payload))
         elif kind in _LIFECYCLE_END:
             self.name_round(payload)
             self.terminal = payload.get("response") or {}
             return _NOTHING
-        elif kind == "error":
-            error = {"message": payload.get("message"), "type": "server_error"}
-            raise AppStreamError(
-                orjson.dumps({"error": {**error, "param": payload.get("param"), "code": payload.get("code")}})
-            )
         payloads = self.cite(kind, payload) if self.rounds else [payload]
         if self.holding:
             self.held += payloads
@@ -267,14 +267,18 @@ class ResponsesRelay(StreamRelay):
         return events
 
     def keepalive(self) -> bytes | None:
-        """Once the lifecycle began, a repeated `response.in_progress` with the next `sequence_number` and the
-        response as `response.created` announced it (status `in_progress`, no output: the output so far is in the
+        """Once the lifecycle began, a repeated `response.in_progress` with the next `sequence_number` and a trimmed
+        response: what `response.created` announced of it, but only the fields the openai SDK's `Response` type
+        requires, `tools` empty and no `instructions` (the API's object echoes the request: with a coding agent's
+        prompt and tools, tens of KB every few seconds). Status `in_progress`, no output: the output so far is in the
         item events, and the SDKs' accumulators take a lifecycle event's output as replacements of items they
-        completed). Codex resets its idle timer on events only; the openai SDK's accumulator and the Agents SDK
-        take a repeated `in_progress` as the API sends one. Before `response.created`, None: a comment."""
+        completed. Codex ignores `response.in_progress` but resets its idle timer on any event; the openai SDK's
+        accumulator reads the event's `id` and `output` alone, and the Agents SDK passes it on
+        (tests/test_keepalive_events.py). Before `response.created`, None: a comment."""
         if not self.started:
             return None
-        snapshot = {**self.created, "id": self.response_id, "status": "in_progress", "output": []}
+        snapshot = {key: self.created[key] for key in _KEEPALIVE_FIELDS if key in self.created}
+        snapshot.update(id=self.response_id, object="response", status="in_progress", output=[], tools=[])
         return self.emit("response.in_progress", response=snapshot)
 
     def error_event(self, status: int, message: str, code: str) -> bytes | None:
@@ -293,6 +297,21 @@ class ResponsesRelay(StreamRelay):
         return self.emit("response.failed", response=failed) + sse.responses_error(
             self.emit, message, code, openai_error_type(status)
         )
+
+
+def _error_body(kind: str, payload: Mapping[str, Any]) -> bytes:
+    """The app's `response.failed` (its response's `error`) or `error` event as OpenAI's JSON error body: its code,
+    message and param as sent, and its type when it names one, else the one its code's status stands for."""
+    response = payload.get("response")
+    error = response.get("error") if kind == "response.failed" and isinstance(response, dict) else payload
+    error = error if isinstance(error, dict) else {}
+    nested: Mapping[str, Any] = error["error"] if isinstance(error.get("error"), dict) else {}
+    code = error.get("code") or nested.get("code")
+    message = error.get("message") or nested.get("message") or "the model app's response failed"
+    kind_of = error.get("type") if kind == "response.failed" else nested.get("type")
+    if not isinstance(kind_of, str) or not kind_of:
+        kind_of = openai_error_type(error_status({"code": code}))
+    return orjson.dumps({"error": {"message": message, "type": kind_of, "param": error.get("param"), "code": code}})
 
 
 def _is_same(item: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
