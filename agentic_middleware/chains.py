@@ -64,6 +64,12 @@ class KeyValueChainStore:
     def __init__(self, store: KeyValueStore, ttl: float = 86400.0, shared: bool = False) -> None:
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < float("inf"):
             raise ConfigurationError(f"a chain store's ttl must be a number of seconds above 0, got {ttl!r}")
+        if isinstance(store, type) or not all(
+            inspect.iscoroutinefunction(getattr(store, name, None)) for name in ("get", "put", "delete")
+        ):
+            raise ConfigurationError(
+                f"KeyValueChainStore needs a KeyValueStore (an instance) with async get, put and delete: {store!r}"
+            )
         self.store = store
         self.ttl = float(ttl)
         self.shared = shared

@@ -90,6 +90,8 @@ class RedisStore:
 
     async def get(self, key: str) -> bytes | None:
         value = await self._call("get", self.prefix + key)
+        if isinstance(value, str):  # a URL with `decode_responses=true`: the values are orjson's UTF-8
+            return value.encode()
         return value if isinstance(value, bytes) or value is None else bytes(value)
 
     async def put(self, key: str, value: bytes, ttl: float) -> None:

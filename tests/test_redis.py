@@ -409,3 +409,10 @@ async def test_a_ttl_past_what_redis_can_count_keeps_the_value(redis_server: Red
     await state.put(KIND, "c1", "text", math.inf)  # a hook's ttl is the hook's: the store takes any
     assert await state.get(KIND, "c1") == "text"
     await chains.store.aclose()
+
+
+async def test_a_redis_url_that_decodes_responses_still_serves_records(redis_server: RedisServer) -> None:
+    chains = RedisChainStore(redis_server.url + "?decode_responses=true")  # redis-py's option, in the URL
+    await chains.put("k", {"previous_response_id": "r", "input": [], "caller": "-"})
+    assert await chains.get("k") == {"previous_response_id": "r", "input": [], "caller": "-"}
+    await chains.store.aclose()

@@ -16,8 +16,9 @@ from conftest import openai_client
 from storing import StoringModel
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError
-from agentic_middleware.chains import MemoryChainStore, chain_key
+from agentic_middleware.chains import KeyValueChainStore, MemoryChainStore, chain_key
 from agentic_middleware.gateway import serving
+from agentic_middleware.store import MemoryStore
 from agentic_middleware.testing import ScriptedModel, function_call, response
 from agentic_middleware.tools import ServerTools, server_tool
 
@@ -375,6 +376,12 @@ class SyncStore:
 def test_a_chain_store_class_or_sync_store_is_refused_at_build(option: Any) -> None:
     with pytest.raises(ConfigurationError, match="chain_store must be a store"):
         AgenticLoopMiddleware(model_for("answer").model, chain_store=option)
+
+
+@pytest.mark.parametrize("store", [MemoryStore, SyncStore()], ids=["a class", "sync get and put"])
+def test_a_key_value_chain_store_on_a_class_or_sync_store_is_refused_at_build(store: Any) -> None:
+    with pytest.raises(ConfigurationError, match="KeyValueChainStore needs a KeyValueStore"):
+        KeyValueChainStore(store, shared=True)
 
 
 @pytest.mark.parametrize("how", ["json", "live", "no hooks"])
