@@ -18,6 +18,7 @@ from typing import Any
 
 try:
     import redis.asyncio as aioredis
+    from redis.asyncio.connection import SSLConnection
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import RedisError
@@ -57,6 +58,8 @@ class RedisStore:
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop `client`'s connections belong to
         kwargs = self.client.connection_pool.connection_kwargs
         self.where = f"Redis at {kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}".rstrip(":")
+        if issubclass(self.client.connection_pool.connection_class, SSLConnection):
+            self.where += " over TLS"  # a rediss:// URL to a Redis without TLS fails as "no answer in time"
 
     def _connect(self) -> aioredis.Redis:
         return aioredis.Redis.from_url(

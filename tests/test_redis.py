@@ -416,3 +416,10 @@ async def test_a_redis_url_that_decodes_responses_still_serves_records(redis_ser
     await chains.put("k", {"previous_response_id": "r", "input": [], "caller": "-"})
     assert await chains.get("k") == {"previous_response_id": "r", "input": [], "caller": "-"}
     await chains.store.aclose()
+
+
+async def test_a_tls_url_to_a_redis_without_tls_says_tls(redis_server: RedisServer) -> None:
+    """A handshake a plain Redis never answers: the error names TLS, so the operator looks at the URL's scheme."""
+    store = RedisStore(redis_server.url.replace("redis://", "rediss://"), timeout=0.3)
+    with pytest.raises(StoreUnavailable, match=re.escape(f"Redis at 127.0.0.1:{redis_server.port} over TLS failed")):
+        await store.get("a")
