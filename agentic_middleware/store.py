@@ -108,6 +108,11 @@ class CallerState:
         self._who: str | None = None
 
     async def key(self, kind: str, name: str) -> str:
+        """`<kind>:<caller>:<name>`; a kind holding `:` could end where another kind's caller part begins (kind
+        `a:<hash>` of one caller, kind `a` of that hash's caller), so it is refused: the caller is always the
+        second part, whatever the name holds."""
+        if not isinstance(kind, str) or not kind or ":" in kind:
+            raise ValueError(f"a state's kind must be a non-empty string without ':', got {kind!r}")
         return f"{kind}:{await self.who()}:{name}"
 
     async def who(self) -> str:

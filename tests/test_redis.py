@@ -423,3 +423,14 @@ async def test_a_tls_url_to_a_redis_without_tls_says_tls(redis_server: RedisServ
     store = RedisStore(redis_server.url.replace("redis://", "rediss://"), timeout=0.3)
     with pytest.raises(StoreUnavailable, match=re.escape(f"Redis at 127.0.0.1:{redis_server.port} over TLS failed")):
         await store.get("a")
+
+
+async def test_a_state_kind_with_a_colon_cannot_reach_another_callers_keys(redis_server: RedisServer) -> None:
+    shared = RedisStore(redis_server.url)
+    alice = CallerState(shared, {"headers": [(b"authorization", b"Bearer alice")]})
+    mallory = CallerState(shared, {"headers": [(b"authorization", b"Bearer mallory")]})
+    await alice.put("notes", f"{await mallory.who()}:n", "alice's", 60)  # a name may hold anything: it comes last
+    with pytest.raises(ValueError, match="kind must be a non-empty string without ':'"):
+        await mallory.get(f"notes:{await alice.who()}", "n")  # would be alice's key
+    assert await mallory.get("notes", f"{await alice.who()}:n") is None
+    await shared.aclose()
