@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from typing import Any
 
 try:
@@ -55,7 +56,9 @@ class RedisStore:
             self.client: aioredis.Redis = self._connect()  # checks the URL now; connects on first use
         except (ValueError, RedisError) as error:
             raise ConfigurationError(f"not a Redis URL ({error}): {_shown(url)}") from None
-        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop `client`'s connections belong to
+        self.lock = threading.Lock()
+        self.first = True  # `client` not yet given to a loop
+        self.local = threading.local()  # this thread's (event loop, client): loops of other threads run at once
         kwargs = self.client.connection_pool.connection_kwargs
         self.where = f"Redis at {kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}".rstrip(":")
         if issubclass(self.client.connection_pool.connection_class, SSLConnection):
@@ -71,14 +74,17 @@ class RedisStore:
 
     def _client(self) -> aioredis.Redis:
         """The client of the running event loop: an asyncio connection serves only the loop that opened it, so
-        a store used from another loop (a test client's loop per request, a loop per test) gets a client of its
-        own; the former one's connections are left to their loop, which may be closed already."""
+        a store used from another loop (a test client's loop per request, a loop per test, a loop in each of
+        several threads) gets a client of its own; a former one's connections are left to their loop, which may
+        be closed already. The first loop to ask gets `client`."""
         loop = asyncio.get_running_loop()
-        if self.loop is not loop:
-            if self.loop is not None:
-                self.client = self._connect()
-            self.loop = loop
-        return self.client
+        if getattr(self.local, "loop", None) is not loop:
+            with self.lock:
+                first, self.first = self.first, False
+            self.local.client = self.client if first else self._connect()
+            self.local.loop = loop
+        client: aioredis.Redis = self.local.client
+        return client
 
     def __repr__(self) -> str:
         return f"RedisStore({self.where}, prefix={self.prefix!r})"
@@ -105,7 +111,9 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Close the client's connections (a gateway's shutdown; they would close with the process anyway)."""
-        if self.loop is None or self.loop is asyncio.get_running_loop():
+        if getattr(self.local, "loop", None) is asyncio.get_running_loop():
+            await self.local.client.aclose()
+        elif self.first:
             await self.client.aclose()
 
 
