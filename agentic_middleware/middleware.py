@@ -282,7 +282,7 @@ class AgenticLoopMiddleware:
         its own status and headers, anything else (a wrong return type included) 503 `tool_policy_unavailable`."""
         assert self.settings.tool_policy is not None
         try:
-            return True, await policy_of(scope, self.settings.tool_policy)
+            return True, await policy_of(scope, self.settings.tool_policy, self.settings.hook_timeout)
         except RequestRefused as refused:
             logger.warning("the tool policy refused the request (%d): %s", refused.status, refused)
             await _refuse(send, surface, refused.status, str(refused), refused.code, refused.param, refused.headers)

@@ -11,6 +11,7 @@ every claimed call gets an error result the model reads). Names are matched as M
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
@@ -90,13 +91,17 @@ class ToolPolicy:
         return limit if self.max_agentic_loops is None else min(limit, self.max_agentic_loops)
 
 
-async def policy_of(scope: Scope, function: PolicyFunction) -> ToolPolicy | None:
+async def policy_of(scope: Scope, function: PolicyFunction, timeout: float | None = None) -> ToolPolicy | None:
     """The policy for this request, as the function gives it. A function that raises raises; one that returns
-    anything but a `ToolPolicy` or None raises TypeError: the middleware refuses the request on either (fail closed),
-    never running it unchecked."""
+    anything but a `ToolPolicy` or None raises TypeError; an async one that does not answer within `timeout` (the
+    middleware's `hook_timeout`: it is server code asked per request, as a hook is) raises TimeoutError. The
+    middleware refuses the request on each (fail closed), never running it unchecked nor leaving it hanging."""
     value: Any = function(scope)
     if inspect.isawaitable(value):
-        value = await value
+        try:
+            value = await asyncio.wait_for(value, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"timed out after hook_timeout={timeout:g} s") from None
     if value is not None and not isinstance(value, ToolPolicy):
         raise TypeError(f"the tool_policy function must return a ToolPolicy or None, got {type(value).__name__}")
     return value

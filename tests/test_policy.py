@@ -6,6 +6,7 @@ what the model is shown, what runs, what the model reads back and what the clien
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from pathlib import Path
@@ -401,6 +402,29 @@ async def test_a_policy_that_fails_refuses_the_request_in_the_routes_shape(
     error = body["error"] if route == "messages" else body
     assert "the tool policy could not be read" in error["message"]
     assert model.requests == []  # never run unchecked
+    assert RAN == {}
+
+
+async def hanging(scope: Scope) -> ToolPolicy:
+    await asyncio.Event().wait()  # a policy database that never answers
+    raise AssertionError("never reached")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("route", ROUTES)
+async def test_a_policy_that_hangs_is_refused_within_hook_timeout(route: str, stream: bool) -> None:
+    """The policy function is server code asked per request, bounded as a hook call is: past `hook_timeout` the
+    request is refused (503, fail closed), never left hanging with the client waiting."""
+    model = Model(("delete_everything", {"what": "x"}))
+    app = gateway(model, tool_policy=hanging, hook_timeout=0.2)
+    with pytest.raises((anthropic.APIStatusError, openai.APIStatusError)) as raised:
+        await asyncio.wait_for(ask(route, app, "bob-key", stream), 10)  # on the old code: TimeoutError here
+    assert raised.value.status_code == 503
+    body: Any = raised.value.body
+    error = body["error"] if route == "messages" else body
+    assert "the tool policy could not be read" in error["message"]
+    assert "timed out after hook_timeout=0.2 s" in error["message"]
+    assert model.requests == []
     assert RAN == {}
 
 
