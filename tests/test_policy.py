@@ -7,6 +7,7 @@ what the model is shown, what runs, what the model reads back and what the clien
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import Counter
 from pathlib import Path
@@ -17,6 +18,7 @@ import openai
 import pytest
 from asgi_lifespan import LifespanManager
 from conftest import anthropic_client, openai_client
+from servers import serving
 from starlette.types import ASGIApp, Receive, Scope, Send
 from streams import event_stream
 from support import ToolHook
@@ -28,11 +30,15 @@ from agentic_middleware import (
     ConfigurationError,
     RequestRefused,
     ServerTools,
+    Settings,
     ToolPolicy,
     load_config,
     sse,
 )
 from agentic_middleware import server_tool as tool
+from agentic_middleware.callers import identify, key_hash
+from agentic_middleware.gateway import Upstream, create_app
+from agentic_middleware.gateway.access import RequireKey
 from agentic_middleware.mcp import MCPTools
 from agentic_middleware.testing import (
     RecordedRequest,
@@ -481,3 +487,47 @@ async def test_the_yaml_policy_holds_on_a_request(tmp_path: Path) -> None:
     text, _ = await ask("chat", app, "bob-key", False)
     assert "may not use the tool 'delete_everything'" in text
     assert RAN == {}
+
+
+BY_KEY = {hashlib.sha256(b"intern-key").hexdigest(): ToolPolicy(denied_tools=["delete_*"])}
+
+
+async def policy_by_key(scope: Scope) -> ToolPolicy | None:
+    """A deny list by key hash, as security.md says to key it behind agentic-gateway: other keys get everything."""
+    return BY_KEY.get(await identify(scope, key_hash) or "")
+
+
+@pytest.mark.parametrize(
+    ("route", "made_up"),
+    [("messages", "x-litellm-api-key"), ("chat", "x-litellm-api-key"), ("chat", "authorization")],
+)
+async def test_behind_the_gateway_the_caller_is_the_key_it_was_admitted_with(route: str, made_up: str) -> None:
+    """A client holding one gateway key sends a made-up key beside it, in a header `key_hash` reads first: the
+    policy still judges the key the gateway admitted the request with, so the intern is nobody else."""
+    model = Model(("delete_everything", {"what": "all"}))
+    async with serving("uvicorn", model) as upstream:
+        app = create_app(
+            Settings(hooks=(ServerTools([lookup, delete_everything]),), tool_policy=policy_by_key),
+            Upstream(f"http://127.0.0.1:{upstream.port}"),
+        )
+        app.add_middleware(RequireKey, keys=(b"intern-key", b"staff-key"))
+
+        async def as_holder_of(key: str) -> str:
+            if route == "messages":
+                client = anthropic_client(app, api_key=key, default_headers={made_up: "made-up"})
+                request: Any = {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "go"}]}
+                reply = await client.messages.create(**request)
+                return "".join(block.text for block in reply.content if block.type == "text")
+            if made_up == "authorization":  # the SDK's own key header made up, the gateway key in another
+                chat = openai_client(app, api_key="made-up", default_headers={"x-api-key": key})
+            else:
+                chat = openai_client(app, api_key=key, default_headers={made_up: "made-up"})
+            completion = await chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}])
+            return completion.choices[0].message.content or ""
+
+        async with LifespanManager(app):
+            text = await as_holder_of("intern-key")
+            assert text.endswith("Not run: this caller may not use the tool 'delete_everything'. Go on without it.")
+            assert RAN == {}
+            assert (await as_holder_of("staff-key")).endswith("deleted all")  # a key not on the list: everything
+    assert RAN == {"delete_everything": 1}

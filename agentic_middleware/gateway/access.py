@@ -4,10 +4,16 @@ it spends that key, so a gateway that listens beyond this machine with one must 
 A request must carry one of the keys as `x-api-key`, `authorization: Bearer` or `api-key`, as the Anthropic, OpenAI
 and Azure OpenAI SDKs send their `api_key`; else it gets a 401 in its route's error shape and nothing goes up.
 `/health` stays open (a load balancer's probe carries no key). Keys are compared in constant time.
+
+The key a request was admitted with is who is calling: its SHA-256 goes in `request.state.user_api_key_hash`, as
+LiteLLM's proxy puts the hash of the key it checked there, and the middleware's default `caller` (the chain store's
+records, a `tool_policy` keyed by `key_hash`) reads it first. Without it, the caller would be read from whichever key
+header comes first in LiteLLM's order, which a client holding one valid key fills with anything it likes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from starlette.datastructures import Headers
@@ -36,20 +42,27 @@ class RequireKey:
         self.app = app
         self.keys = keys
 
-    def allowed(self, headers: Headers) -> bool:
+    def admitted(self, headers: Headers) -> bytes | None:
+        """The first of the request's keys that is a gateway key, None when none is."""
         offered = [value.encode("latin-1") for name in ("x-api-key", "api-key") for value in headers.getlist(name)]
         for value in headers.getlist("authorization"):
             scheme, _, token = value.partition(" ")
             if scheme.lower() == "bearer":
                 offered.append(token.strip().encode("latin-1"))
-        found = False
+        found = None
         for candidate in offered:
             for key in self.keys:
-                found |= hmac.compare_digest(candidate, key)
+                if hmac.compare_digest(candidate, key) and found is None:
+                    found = key
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self.allowed(Headers(scope=scope)):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        key = self.admitted(Headers(scope=scope))
+        if key is not None:
+            scope.setdefault("state", {})["user_api_key_hash"] = hashlib.sha256(key).hexdigest()
             await self.app(scope, receive, send)
             return
         response = error_response(route_of(scope["path"]), 401, "a valid gateway API key is required")
