@@ -79,6 +79,9 @@ class CompressionHook(ServerTools):
         self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
     ) -> dict[str, Any] | None:
         api_surface = kwargs["_agentic_loop_api_surface"]
+        policy = kwargs.get("_agentic_tool_policy")
+        if policy is not None and not any(map(policy.allows, self.by_name)):
+            return None  # a caller who may not retrieve a text must not lose it to a stub (policy.py)
         field = surface_for(api_surface).messages_field  # `input` on Responses, where a string input is all current
         messages = request.get(field)
         if not isinstance(messages, list):

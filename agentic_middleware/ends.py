@@ -241,6 +241,7 @@ class RequestEnds:
             "litellm_call_id": self.call_id,
             "custom_llm_provider": self.provider,
             "_agentic_loop_api_surface": self.surface.api_surface,
+            "_agentic_tool_policy": self.policy,  # what the caller may use (policy.py): a hook may act on it
             "scope": self.scope,
         }
 

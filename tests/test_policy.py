@@ -37,6 +37,7 @@ from agentic_middleware import (
 )
 from agentic_middleware import server_tool as tool
 from agentic_middleware.callers import identify, key_hash
+from agentic_middleware.compression import CompressionHook
 from agentic_middleware.gateway import Upstream, create_app
 from agentic_middleware.gateway.access import RequireKey
 from agentic_middleware.mcp import MCPTools
@@ -531,3 +532,34 @@ async def test_behind_the_gateway_the_caller_is_the_key_it_was_admitted_with(rou
             assert RAN == {}
             assert (await as_holder_of("staff-key")).endswith("deleted all")  # a key not on the list: everything
     assert RAN == {"delete_everything": 1}
+
+
+LONG = "The launch code is 0451. " + "Background. " * 400
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_a_caller_who_may_not_retrieve_gets_the_history_uncompressed(route: str) -> None:
+    """The compression hook stubs long texts for a `retrieve` the model calls to get them back: for a caller whose
+    policy denies `retrieve`, a stub would lose the text for good, so nothing is stubbed."""
+    POLICIES["dave"] = ToolPolicy(allowed_tools=["lookup"])
+    KEYS["dave-key"] = "dave"
+    model = Model()
+    app = gateway(model, CompressionHook(threshold=1000, preview=50), ServerTools([lookup]))
+    history: Any = [
+        {"role": "user", "content": LONG},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "What is the launch code?"},
+    ]
+    extra = {"input": history} if route == "responses" else {"messages": history}
+    for key, stubbed in (("alice-key", True), ("dave-key", False)):
+        model.requests.clear()
+        if route == "messages":
+            await anthropic_client(app, api_key=key).messages.create(model="m", max_tokens=100, **extra)
+        elif route == "chat":
+            await openai_client(app, api_key=key).chat.completions.create(model="m", **extra)
+        else:
+            await openai_client(app, api_key=key).responses.create(model="m", store=False, **extra)
+        sent = str(model.requests[0].body)
+        assert ("[compressed: " in sent) is stubbed, key
+        assert (LONG in sent) is not stubbed, key
+        assert ("retrieve" in declared(model.requests[0].body)) is stubbed, key
