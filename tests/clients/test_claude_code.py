@@ -108,10 +108,12 @@ async def test_claude_code_runs_its_own_bash_in_a_mixed_turn() -> None:
     command = {"command": f"echo {CLIENT_OUTPUT}", "description": "Print a word"}
     brain = Brain(client_tool="Bash", client_input=command, mixed=True)
     with tempfile.TemporaryDirectory() as home:
-        async with gateway(brain, lookup) as (url, _):
+        async with gateway(brain, lookup) as (url, model):
             outcome = await claude(url, "Look k up and run the command.", Path(home), "--allowedTools", "Bash")
     assert succeeded(outcome), outcome.stderr
     assert brain.rounds == ["first", "client", "final"] and lookup.runs == ["k"]
+    # only the internal rerun carries the server's result: the client's next request has no trace of it
+    assert [SERVER_RESULT in request.raw.decode() for request in model.requests] == [False, True, False]
     assert set(tool_uses(outcome)) == {"Bash"}  # its own call only, never the server's
     outputs = [
         block

@@ -104,10 +104,12 @@ async def test_codex_gets_the_text_live_and_the_answer_without_the_server_tool(r
 async def test_codex_runs_its_own_shell_in_a_mixed_turn(root: Path) -> None:
     lookup = Lookup()
     brain = Brain(client_tool="exec_command", client_input={"cmd": f"echo {CLIENT_OUTPUT}"}, mixed=True)
-    async with gateway(brain, lookup) as (url, _):
+    async with gateway(brain, lookup) as (url, model):
         outcome = await Codex(root, url).exec("Look k up and run the command.")
     assert succeeded(outcome), outcome.stderr
     assert brain.rounds == ["first", "client", "final"] and lookup.runs == ["k"]
+    # only the internal rerun carries the server's result: the client's next request has no trace of it
+    assert [SERVER_RESULT in request.raw.decode() for request in model.requests] == [False, True, False]
     commands = [
         event["item"] for event in outcome.of_type("item.completed") if event["item"].get("type") == "command_execution"
     ]
