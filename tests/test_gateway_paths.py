@@ -144,6 +144,8 @@ async def test_the_base_url_may_end_with_or_without_v1(suffix: str) -> None:
 
 CLIMBING = ["/v1/../admin", "/v1/%2e%2e/admin", "/v1/./models", "/v1/%2E%2E/x", "/v1/x/.."]
 CLIMBING += ["/v1/%5c..%5cadmin", "/v1/%5C..%5C%5C..%5Cx", "/v1/..%5cadmin", "/v1/x/%2e%2e%5C"]  # `\` as `/` (WHATWG)
+CLIMBING += ["/v1/..;/admin", "/v1/%2e%2e;x/admin", "/v1/.;/models"]  # `;` parameters dropped (Tomcat)
+CLIMBING += ["/v1/..%09/admin", "/v1/.%0d./admin"]  # tabs and newlines removed (WHATWG, urllib.parse)
 
 
 @pytest.mark.parametrize("path", CLIMBING)
@@ -250,6 +252,7 @@ def test_flags_and_variables_build_the_upstreams(monkeypatch: pytest.MonkeyPatch
             "AGENTIC_GATEWAY_API_KEYS is set but holds no key",
         ),
         (["--config", "/no/such.yaml"], {}, "cannot read config /no/such.yaml"),
+        (["--upstream", "http://u:pw-secret@a.test/v1"], {}, "the upstream URL must not hold credentials"),
     ],
 )
 def test_a_bad_start_stops_with_one_line(
@@ -263,7 +266,8 @@ def test_a_bad_start_stops_with_one_line(
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     assert cli.main(argv) == 1
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "pw-secret" not in err  # a URL's password is not echoed
 
 
 def test_bad_numbers_are_flag_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

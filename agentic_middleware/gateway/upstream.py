@@ -84,6 +84,13 @@ class Upstream:
         parsed = URL(base_url)
         if not parsed.host or parsed.query_string or parsed.fragment:
             raise ValueError(f"the upstream must be a base URL with a host and no query, got {base_url!r}")
+        if parsed.raw_user is not None or parsed.raw_password is not None:
+            # Not echoed: the URL holds a secret. In a URL it would be in every 502 a client reads and in the
+            # logs, and aiohttp refuses to send it next to the client's own `authorization`.
+            raise ValueError(
+                "the upstream URL must not hold credentials (user:password@): give the key in "
+                "AGENTIC_UPSTREAM_API_KEY instead"
+            )
         self.base_url = base_url.rstrip("/")
         self.root = self.base_url.removesuffix("/v1")  # what a client's path is appended to
         self.connections = connections
@@ -215,9 +222,12 @@ def _climbs(path: bytes) -> bool:
     separator too: a browser reads `\\` in an http URL as `/` (the WHATWG URL standard), and so do servers that
     decode `%5C` before they resolve a path (Windows and IIS, some frameworks), so `/v1/%5C..%5Cadmin` climbs out of
     the base there. Refused rather than normalised: no client of a model API sends one, and a path rewritten here
-    could mean one thing to the gateway and another to the upstream."""
-    segments = re.split(r"[/\\]", urllib.parse.unquote(path.decode("latin-1")))
-    return any(segment in (".", "..") for segment in segments)
+    could mean one thing to the gateway and another to the upstream. A segment's `;` parameters are cut off first
+    (`/v1/..;/admin`: Tomcat and servers like it drop them and then resolve `..`), and tabs and newlines removed
+    (`/v1/..%09`: the WHATWG URL standard and Python's `urllib.parse` remove them)."""
+    decoded = re.sub(r"[\t\n\r]", "", urllib.parse.unquote(path.decode("latin-1")))
+    segments = re.split(r"[/\\]", decoded)
+    return any(segment.split(";")[0] in (".", "..") for segment in segments)
 
 
 def env_proxy(url: URL) -> str | None:
