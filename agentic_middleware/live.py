@@ -6,7 +6,8 @@ ends; the round's accumulated body is the `Answer` the hooks judge, exactly as i
 loop does not know the difference. The client's response begins only when the first round's answer is
 known to be a 2xx event stream: an error answer of the first call reaches the client as the app sent it.
 Keep-alives go out whenever the client has heard nothing for `interval` seconds: while hooks and tools
-run between rounds, and while the app is silent mid-round.
+run between rounds, and while the app is silent mid-round. They are timed by the event loop's one keep-alive
+timer (keepalive.py), not by a task of each stream's own.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from starlette.types import Message, Send
 
 from .asgi import Headers, json_start
 from .capture import ResponseCapture
-from .concurrency import cancel_and_wait
 from .disconnect import ClientWriter
 from .dispatch import Reply
 from .error_types import UNKNOWN_ERROR_STATUS
+from .keepalive import Entry, keep_alive
 from .native import NativeCall, NativeRun
+from .payload import own_size
 from .sniff import is_event_stream
 from .sse_reader import SSEReader
 from .stream import SSE_HEADERS, error_of
@@ -67,8 +69,10 @@ class LiveStream:
         self.opened = False
         self.done = False  # the stream's end was written, or the client left
         self.last_write = 0.0
-        self.pinger: asyncio.Task[None] | None = None
-        self.writing = asyncio.Lock()  # a numbered keep-alive goes out in its place among the relay's events
+        self.kept_alive: Entry | None = None  # the stream's place on the keep-alive timer, from its start
+        # A relay write and a keep-alive never overlap, so that a numbered keep-alive goes out in its place.
+        self.sending = False
+        self.pinging: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         """Nothing is sent yet: the response starts with the first round's answer."""
@@ -94,12 +98,17 @@ class LiveStream:
         headers += [header for header in SSE_HEADERS if header[0] not in names]
         self.opened = True
         await self.written({"type": "http.response.start", "status": 200, "headers": headers})
-        self.pinger = asyncio.ensure_future(self.keep_alive())
+        self.kept_alive = keep_alive(self)
 
     async def send(self, data: bytes) -> None:
-        """Send events to the client now."""
-        async with self.writing:
+        """Send events to the client now (after the keep-alive being written, if one is)."""
+        self.sending = True
+        try:
+            if self.pinging is not None:
+                await self.pinging
             await self.written({"type": "http.response.body", "body": data, "more_body": True})
+        finally:
+            self.sending = False
 
     async def announce(self, search: NativeCall, round: int) -> bool:
         """Send that a native call is being searched, if the relay can place it (see `StreamRelay.announce`)."""
@@ -125,22 +134,35 @@ class LiveStream:
             self.write.client.left()  # a write failed: stop the loop (and the app's stream) as a disconnect does
         self.last_write = asyncio.get_running_loop().time()
 
-    async def keep_alive(self) -> None:
-        """A keep-alive after each `interval` of silence: the relay's own (a numbered event, made under the write
-        lock so that its number comes in order), else the surface's."""
-        keepalive = self.surface.keepalive()
-        clock = asyncio.get_running_loop()
-        while not self.write.closed:
-            quiet = clock.time() - self.last_write
-            if quiet < self.interval:
-                await asyncio.sleep(self.interval - quiet)
-                continue
-            async with self.writing:
-                event = self.relay.keepalive() or keepalive
-                await self.written({"type": "http.response.body", "body": event, "more_body": True})
+    def quiet_since(self) -> float | None:
+        """For the keep-alive timer: when the client last heard from us; None while something is being written."""
+        return None if self.sending or self.pinging is not None else self.last_write
+
+    def ping(self) -> None:
+        """For the keep-alive timer, after `interval` of silence: write a keep-alive, unless the client left.
+
+        The event is made now, the relay's own (numbered) if it has one, else the surface's: a relay event read
+        after this moment takes the next number, and its write waits until this one is written."""
+        if self.write.closed:
+            if self.kept_alive is not None:
+                self.kept_alive.stop()
+            return
+        event = self.relay.keepalive() or self.surface.keepalive()
+        self.pinging = asyncio.ensure_future(self.keep_alive(event))
+
+    async def keep_alive(self, event: bytes) -> None:
+        try:
+            await self.written({"type": "http.response.body", "body": event, "more_body": True})
+        finally:
+            self.pinging = None
 
     async def stop_keep_alive(self) -> None:
-        await cancel_and_wait(self.pinger)
+        """No keep-alive after this; one already made is written first (its number is taken)."""
+        if self.kept_alive is not None:
+            self.kept_alive.stop()
+            self.kept_alive = None
+        if self.pinging is not None:
+            await self.pinging
 
     async def close(self, reply: Reply | None) -> None:
         """End the client's response with the loop's reply."""
@@ -277,7 +299,7 @@ class RoundCapture(ResponseCapture):
         self.complete = True
         body = self.live.relay.body() if self.failure is None else None
         if body is not None:
-            self.chunks = [orjson.dumps(body)]
+            self.chunks = [own_size(orjson.dumps(body))]
             return
         self.readable = False
         self.start = {**_FAILED_START, "status": self.failure_status}

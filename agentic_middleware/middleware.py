@@ -22,6 +22,7 @@ from .lifespan import HookLifecycle
 from .loop import AgenticLoop
 from .loop_setup import LoopSetup
 from .observe import Observer, RoundCallback
+from .payload import own_size
 from .policy import PolicyFunction, ToolPolicy, policy_of
 from .precall import has_pre_call
 from .routes import warn_uncovered
@@ -201,7 +202,7 @@ class AgenticLoopMiddleware:
                         changed = changed or live_body is not body
                         body = live_body
             if changed:
-                raw = orjson.dumps(body)
+                raw = own_size(orjson.dumps(body))  # kept for the whole loop
                 scope = scope_with_body_length(scope, len(raw))
             if takes_part or checks_only:
                 if not self.litellm_checked:  # LiteLLM's proxy reads its config at its start-up, after our __init__

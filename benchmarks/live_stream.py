@@ -293,7 +293,7 @@ async def live_stream(config: Config) -> list[Row]:
             name,
             "own time per forwarded event",
             slope / 1e3,
-            10.0,
+            2.0,
             f"added over the app alone: {us(own_small)} at {small} events, {us(own_large)} at {large}",
             unit="µs",
         ),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from ..error_types import error_status
+from ..payload import own_size
 from ..sse_reader import ServerSentEvent, SSEReader
 from ..tool_results import Image as Image
 from ..tool_results import Source as Source
@@ -38,7 +39,7 @@ def field(value: Any, name: str) -> Any:
 def canonical(value: Any) -> bytes:
     """A tool input as JSON with sorted keys, so the same call always gives the same bytes."""
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return own_size(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))  # kept by the repeat check
     except TypeError:
         return repr(value).encode()
 

@@ -1,0 +1,99 @@
+"""One timer for every stream's keep-alives, instead of a sleeping task per stream.
+
+A gateway holds thousands of live streams, each of which must send a keep-alive after `interval` seconds of
+silence. A task per stream that sleeps until then costs each stream a task, its coroutine and a timer, and wakes
+every stream once per interval however busy it is (measured in benchmarks case 12: see docs/performance.md). Here
+each event loop has one heap of due times and one timer handle for the earliest: when an entry comes due, its
+stream is asked whether it has been quiet for its interval (its writes only note the time); if so, it writes its
+keep-alive, else the entry goes back at the time the stream will next be due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import weakref
+from typing import Protocol
+
+
+class Quiet(Protocol):
+    """A stream that keeps its client alive: when it last wrote, and how to write a keep-alive now."""
+
+    interval: float
+
+    def quiet_since(self) -> float | None:
+        """The loop time of its last write; None while a write is under way (it will count as one)."""
+
+    def ping(self) -> None:
+        """Start writing a keep-alive (it notes the time when it is written)."""
+
+
+class Entry:
+    """A stream's place in the heap; `stream` is None once it stopped, and the entry is dropped when it comes due."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: Quiet) -> None:
+        self.stream: Quiet | None = stream
+
+    def stop(self) -> None:
+        self.stream = None
+
+
+class KeepAlives:
+    """The keep-alive timer of one event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.due: list[tuple[float, int, Entry]] = []
+        self.order = itertools.count()  # ties in time are taken in the order they came
+        self.timer: asyncio.Handle | None = None
+        self.timer_at = 0.0  # when `timer` fires (uvloop gives a plain `Handle`, without `when()`, for a time past)
+
+    def add(self, stream: Quiet) -> Entry:
+        """Watch `stream` from now on, until its entry is stopped."""
+        entry = Entry(stream)
+        self.push(self.loop.time() + stream.interval, entry)
+        return entry
+
+    def push(self, when: float, entry: Entry) -> None:
+        heapq.heappush(self.due, (when, next(self.order), entry))
+        if self.timer is None or when < self.timer_at:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.schedule(when)
+
+    def schedule(self, when: float) -> None:
+        self.timer, self.timer_at = self.loop.call_at(when, self.tick), when
+
+    def tick(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        while self.due and self.due[0][0] <= now:
+            _, _, entry = heapq.heappop(self.due)
+            stream = entry.stream
+            if stream is None:
+                continue
+            last = stream.quiet_since()
+            if last is None:  # writing now: due one interval from now at the latest
+                heapq.heappush(self.due, (now + stream.interval, next(self.order), entry))
+            elif now - last >= stream.interval:
+                stream.ping()
+                heapq.heappush(self.due, (now + stream.interval, next(self.order), entry))
+            else:
+                heapq.heappush(self.due, (last + stream.interval, next(self.order), entry))
+        if self.due:
+            self.schedule(self.due[0][0])
+
+
+_TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, KeepAlives] = weakref.WeakKeyDictionary()
+
+
+def keep_alive(stream: Quiet) -> Entry:
+    """Keep `stream`'s client alive on the running loop's timer; stop the entry when the stream ends."""
+    loop = asyncio.get_running_loop()
+    timer = _TIMERS.get(loop)
+    if timer is None:
+        timer = _TIMERS[loop] = KeepAlives(loop)
+    return timer.add(stream)
