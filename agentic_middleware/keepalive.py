@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import weakref
 from typing import Protocol
+
+logger = logging.getLogger(__name__)
 
 
 class Quiet(Protocol):
@@ -44,8 +47,9 @@ class Entry:
 class KeepAlives:
     """The keep-alive timer of one event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
+        # It holds no reference to its loop (it runs on it: `asyncio.get_running_loop()`), or the loop, a weak key
+        # of `_TIMERS`, could never be freed (tests run one loop after another).
         self.due: list[tuple[float, int, Entry]] = []
         self.order = itertools.count()  # ties in time are taken in the order they came
         self.timer: asyncio.Handle | None = None
@@ -54,7 +58,7 @@ class KeepAlives:
     def add(self, stream: Quiet) -> Entry:
         """Watch `stream` from now on, until its entry is stopped."""
         entry = Entry(stream)
-        self.push(self.loop.time() + stream.interval, entry)
+        self.push(asyncio.get_running_loop().time() + stream.interval, entry)
         return entry
 
     def push(self, when: float, entry: Entry) -> None:
@@ -65,24 +69,28 @@ class KeepAlives:
             self.schedule(when)
 
     def schedule(self, when: float) -> None:
-        self.timer, self.timer_at = self.loop.call_at(when, self.tick), when
+        self.timer, self.timer_at = asyncio.get_running_loop().call_at(when, self.tick), when
 
     def tick(self) -> None:
         self.timer = None
-        now = self.loop.time()
+        now = asyncio.get_running_loop().time()
         while self.due and self.due[0][0] <= now:
             _, _, entry = heapq.heappop(self.due)
             stream = entry.stream
             if stream is None:
                 continue
             last = stream.quiet_since()
-            if last is None:  # writing now: due one interval from now at the latest
-                heapq.heappush(self.due, (now + stream.interval, next(self.order), entry))
-            elif now - last >= stream.interval:
-                stream.ping()
-                heapq.heappush(self.due, (now + stream.interval, next(self.order), entry))
-            else:
+            # `last + interval <= now` is the heap's own test: `now - last >= interval` can round the other way
+            # (uvloop's clock counts whole milliseconds), and the entry would come due again at once, for ever.
+            if last is not None and last + stream.interval > now:
                 heapq.heappush(self.due, (last + stream.interval, next(self.order), entry))
+                continue
+            if last is not None:  # quiet for its interval (else writing now: due one interval from now at the latest)
+                try:
+                    stream.ping()
+                except Exception:  # one stream's failure must not stop every other stream's keep-alives
+                    logger.exception("a stream's keep-alive failed")
+            heapq.heappush(self.due, (now + stream.interval, next(self.order), entry))
         if self.due:
             self.schedule(self.due[0][0])
 
@@ -95,5 +103,5 @@ def keep_alive(stream: Quiet) -> Entry:
     loop = asyncio.get_running_loop()
     timer = _TIMERS.get(loop)
     if timer is None:
-        timer = _TIMERS[loop] = KeepAlives(loop)
+        timer = _TIMERS[loop] = KeepAlives()
     return timer.add(stream)

@@ -193,6 +193,9 @@ class LiveStream:
 
     async def end(self, events: list[bytes]) -> None:
         """The last events, one message each, then the stream's end; stopping at once if the client leaves."""
+        if self.kept_alive is not None:  # `close` may have started the response after stopping its keep-alives
+            self.kept_alive.stop()
+            self.kept_alive = None
         for event in events:
             await self.written({"type": "http.response.body", "body": event, "more_body": True}, wait_on_app=False)
             if self.write.closed:
