@@ -139,19 +139,22 @@ class LiveStream:
         return None if self.sending or self.pinging is not None else self.last_write
 
     def ping(self) -> None:
-        """For the keep-alive timer, after `interval` of silence: write a keep-alive, unless the client left.
-
-        The event is made now, the relay's own (numbered) if it has one, else the surface's: a relay event read
-        after this moment takes the next number, and its write waits until this one is written."""
+        """For the keep-alive timer, after `interval` of silence: write a keep-alive, unless the client left."""
         if self.write.closed:
             if self.kept_alive is not None:
                 self.kept_alive.stop()
             return
-        event = self.relay.keepalive() or self.surface.keepalive()
-        self.pinging = asyncio.ensure_future(self.keep_alive(event))
+        self.pinging = asyncio.ensure_future(self.keep_alive())
 
-    async def keep_alive(self, event: bytes) -> None:
+    async def keep_alive(self) -> None:
+        """The keep-alive, looked at again one step after the timer: an event loop that was late wakes the timer
+        and the relay at once, and the relay's events already on their way go first (no keep-alive before them).
+        The event is made here, the relay's own (numbered) if it has one, else the surface's: a relay event read
+        after this step takes the next number, and its write (`send`) waits until this one is written."""
         try:
+            if self.sending or self.last_write + self.interval > asyncio.get_running_loop().time():
+                return
+            event = self.relay.keepalive() or self.surface.keepalive()
             await self.written({"type": "http.response.body", "body": event, "more_body": True})
         finally:
             self.pinging = None
