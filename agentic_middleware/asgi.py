@@ -83,6 +83,12 @@ def json_start(status: int, length: int, extra: Iterable[tuple[bytes, bytes]] = 
     return {"type": "http.response.start", "status": status, "headers": headers}
 
 
+async def send_json(send: Send, status: int, body: bytes) -> None:
+    """A whole JSON response the middleware writes itself (an error in the route's shape, a record)."""
+    await send(json_start(status, len(body)))
+    await send({"type": "http.response.body", "body": body})
+
+
 def is_readable_json(start: Message) -> bool:
     """A 2xx, unencoded JSON answer without trailers: the only kind the middleware reads."""
     if not 200 <= start["status"] < 300 or start.get("trailers", False):

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from .errors import ConfigurationError
+from .side import side_request
 from .store import FailureLog
 from .surfaces import surface_for
 from .tools import ServerTools, server_tool
@@ -79,10 +80,13 @@ class CompressionHook(ServerTools):
         self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
     ) -> dict[str, Any] | None:
         api_surface = kwargs["_agentic_loop_api_surface"]
+        surface = surface_for(api_surface)
         policy = kwargs.get("_agentic_tool_policy")
         if policy is not None and not any(map(policy.allows, self.by_name)):
             return None  # a caller who may not retrieve a text must not lose it to a stub (policy.py)
-        field = surface_for(api_surface).messages_field  # `input` on Responses, where a string input is all current
+        if not self.declare_in_side_requests and side_request(surface.name, request, kwargs.get("scope")):
+            return None  # no `retrieve` is declared in a side request, so nothing is stubbed there
+        field = surface.messages_field  # `input` on Responses, where a string input is all current
         messages = request.get(field)
         if not isinstance(messages, list):
             messages = []  # a string input is all current: nothing to stub, though a follow-up may need retrieve

@@ -15,6 +15,7 @@ goes straight on to the chained response. Everything else under the route passes
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,14 +47,26 @@ async def beside(
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
-        if type(body) is dict and "previous_response_id" in body:
-            resumed = await chains.resume(body, scope)
-            if resumed is not None:
-                raw = orjson.dumps(resumed)
-                scope = scope_unencoded(scope_with_body_length(scope, len(raw)))
-                send = shown = ShownIds(send, max_body_bytes)
-                shown.hide(resumed["previous_response_id"], body["previous_response_id"])
+        if type(body) is dict and (resumed := await resume_beside(chains, body, scope, send, max_body_bytes)):
+            body, scope, send = resumed
+            raw = orjson.dumps(body)
+            scope = scope_with_body_length(scope, len(raw))
     await app(scope, replay(raw, receive, more_body=not complete), send)
+
+
+async def resume_beside(
+    chains: Chains, body: dict[str, Any], scope: Scope, send: Send, max_body_bytes: int
+) -> tuple[dict[str, Any], Scope, Send] | None:
+    """A request beside the route whose `previous_response_id` names a recorded turn, chained from the turn's last
+    response (its answer read on the way out, to show the client's id again); None when there is nothing to chain."""
+    if "previous_response_id" not in body:
+        return None
+    resumed = await chains.resume(body, scope)
+    if resumed is None:
+        return None
+    shown = ShownIds(send, max_body_bytes)
+    shown.hide(resumed["previous_response_id"], body["previous_response_id"])
+    return resumed, scope_unencoded(scope), shown
 
 
 class _Answer:

@@ -15,6 +15,7 @@ from .asking import is_internal_field
 from .callers import Caller
 from .chains import ChainStore, chains_of, hooks_store
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
+from .counting import COUNT_ENDPOINTS, count, tool_hooks
 from .errors import RequestRefused
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
@@ -105,6 +106,7 @@ class AgenticLoopMiddleware:
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
         share_tools(self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)
+        self.tool_hooks = tool_hooks(self.hooks)  # they declare into token counts too (counting.py)
         self.chains = chains_of(
             chain_store if chain_store is not None else self.settings.chain_store, self.settings.caller
         )
@@ -134,6 +136,21 @@ class AgenticLoopMiddleware:
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
             elif scope["type"] == "websocket" and self.guarded and self.surface_of(scope["path"]) is not None:
                 await send({"type": "websocket.close", "code": 1008, "reason": "guardrails cannot judge websockets"})
+            elif (counted := self._count_route(scope)) is not None:
+                if not self.lifecycle.started and not await self._started(counted, send):
+                    return
+                await count(
+                    self.tool_hooks,
+                    counted,
+                    self.providers[counted.name],
+                    self.app,
+                    scope,
+                    receive,
+                    send,
+                    chains=self.chains,
+                    max_body_bytes=self.settings.max_body_bytes,
+                    hook_timeout=self.settings.hook_timeout,
+                )
             elif (last := self._beside_responses(scope)) is not None:
                 assert self.chains is not None
                 await beside(self.chains, self.app, scope, receive, send, last, self.settings.max_body_bytes)
@@ -249,6 +266,15 @@ class AgenticLoopMiddleware:
         base, _, last = scope["path"].rpartition("/")
         surface = self.surface_of(base) if last == "compact" else None
         return surface if surface is not None and surface.chains_by_id else None
+
+    def _count_route(self, scope: Scope) -> Surface | None:
+        """For `POST <Messages route>/count_tokens` or `POST <Responses route>/input_tokens` with a tool hook
+        mounted, the route's format: the count is to hold the tools the route's own request would get."""
+        if not self.tool_hooks or scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        base, _, last = scope["path"].rpartition("/")
+        surface = self.surface_of(base) if last in COUNT_ENDPOINTS.values() else None
+        return surface if surface is not None and COUNT_ENDPOINTS.get(surface.name) == last else None
 
     def _beside_responses(self, scope: Scope) -> str | None:
         """For a request under a Responses route that may name a recorded id (`POST .../compact`, `POST

@@ -36,6 +36,7 @@ from .native import (
 )
 from .native.live import LiveRecords
 from .schema import fitted
+from .side import side_request
 from .surfaces import Surface, ToolResult, surface_for
 
 __all__ = ["ServerTool", "ServerTools", "server_tool", "share_tools"]  # the declarations as before, from here too
@@ -56,18 +57,24 @@ class ServerTools(AgenticHook):
     the client then gets the provider's own record of each call (see native/ and docs/native-tools.md).
     `tools` are `@server_tool` declarations or plain functions, which are declared as `@server_tool` would.
     `timeout` bounds each call unless the tool sets its own; `keep_trace` adds to the final response a
-    `server_tool_calls` list of what ran.
+    `server_tool_calls` list of what ran. A side request (a title, a token count, a summary: side.py) gets none of
+    our tools but those the client declared itself, unless `declare_in_side_requests`.
     """
 
     tools: Iterable[ServerTool | Callable[..., Any]]
     native: Mapping[str, str] = field(default_factory=dict)
     timeout: float = 30.0
     keep_trace: bool = False
+    declare_in_side_requests: bool = False
     # Streaming clients get the loop too, live (see the middleware's `streaming`): native records go out as each
     # search completes (native/live.py).
     agentic_loop_streaming: bool | str | Callable[[dict[str, Any]], Any] = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.declare_in_side_requests, bool):  # YAML's "no" is a string, and true
+            raise ConfigurationError(
+                f"declare_in_side_requests must be true or false, got {self.declare_in_side_requests!r}"
+            )
         tools = [as_server_tool(tool) for tool in self.tools]
         self.by_name: dict[str, ServerTool] = {tool.name: tool for tool in tools}
         warn_long_descriptions(tools)
@@ -115,12 +122,14 @@ class ServerTools(AgenticHook):
         """
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         native = surface.native_format() if self.native else None
+        original = request
         client_tools = request.get("tools")
         kept = []
         declared: dict[str, NativeOptions] = {}
         renamed: dict[str, str] = {}  # a native tool's declared name and type -> the served tool's name
         cached: dict[str, Any] = {}  # the served tool's name -> the native declaration's `cache_control`
         given = client_tools if isinstance(client_tools, list) else []
+        named: set[str] = set()  # our tools the client declared too (by name), which a side request keeps
         listed = [(f"tools[{n}]", tool) for n, tool in enumerate(given)]
         for where, tool in [*listed, *(native.declared(request) if native else ())]:
             target = self._native_target(tool)
@@ -133,22 +142,29 @@ class ServerTools(AgenticHook):
                 renamed.update({key: target for key in (tool.get("name"), tool.get("type")) if isinstance(key, str)})
                 if "cache_control" in tool:
                     cached[target] = tool["cache_control"]
-            elif surface.declared_name(tool) not in self.by_name:
+            elif (name := surface.declared_name(tool)) not in self.by_name:
                 kept.append(tool)
+            else:
+                named.add(name)
         if declared:
             NativeRequest(declared).keep(logging_obj)
         if native is not None:
             request = native.request(request, self.native)
             if renamed:
                 request = native.served(request, renamed)
+        served = list(self.by_name.values())
+        side = None if self.declare_in_side_requests else side_request(surface.name, request, kwargs.get("scope"))
+        if side is not None:
+            served = [tool for tool in served if tool.name in named or tool.name in declared]
+            logger.debug("a side request (%s): %d of %d server tools declared", side, len(served), len(self.by_name))
+        if not served and not isinstance(client_tools, list):  # nothing to declare: no `tools` added
+            return None if request is original else request
         limit = surface.max_description
-        ours = [
-            surface.tool_definition(t.name, fitted(t.description, limit), t.input_schema) for t in self.by_name.values()
-        ]
+        ours = [surface.tool_definition(t.name, fitted(t.description, limit), t.input_schema) for t in served]
         if cached:  # a prompt-caching breakpoint on the native declaration stays on the tool that serves it
             ours = [
-                {**tool, "cache_control": cached[name]} if name in cached else tool
-                for tool, name in zip(ours, self.by_name, strict=True)
+                {**tool, "cache_control": cached[t.name]} if t.name in cached else tool
+                for tool, t in zip(ours, served, strict=True)
             ]
         return {**request, "tools": [*kept, *ours]}
 

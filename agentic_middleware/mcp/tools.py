@@ -46,6 +46,7 @@ class MCPTools(ServerTools):
     `required`, which fails the start. `max_connections` bounds the HTTP connections to the server (each call in
     flight holds one, the change stream one more; None for no bound). `max_result_bytes` bounds the server's
     answer to one call (its JSON): a larger one is that call's error result, over HTTP refused before it is read.
+    `declare_in_side_requests` declares the tools into side requests too (a title, a summary: side.py).
     """
 
     mode = "auto"
@@ -64,8 +65,9 @@ class MCPTools(ServerTools):
         required: bool = False,
         max_connections: int | None = 100,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        declare_in_side_requests: bool = False,
     ) -> None:
-        super().__init__(tools=(), timeout=timeout)
+        super().__init__(tools=(), timeout=timeout, declare_in_side_requests=declare_in_side_requests)
         self.server = server
         self.prefix = prefix
         self.allowed_tools = None if allowed_tools is None else _names(allowed_tools, "allowed_tools")
@@ -276,7 +278,7 @@ def from_config(entries: object, where: str) -> tuple[MCPTools, ...]:
         raise ConfigurationError(f"{where} must be a list of servers, got {entries!r}")
     options = {
         *("prefix", "allowed_tools", "denied_tools", "timeout", "headers", "forward_headers", "required"),
-        *("max_connections", "max_result_bytes"),
+        *("max_connections", "max_result_bytes", "declare_in_side_requests"),
     }
     hooks = []
     for number, entry in enumerate(entries):

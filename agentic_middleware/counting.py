@@ -1,0 +1,116 @@
+"""Token counts that count what the model would be sent: the server's tools included.
+
+`POST <Messages route>/count_tokens` (Anthropic's `messages.count_tokens`) and `POST <Responses route>/input_tokens`
+(OpenAI's `responses.input_tokens.count`) take the body of a request of their route, and answer how many input tokens
+it holds. The loop adds tools to that request (`ServerTools`, `MCPTools`), so a count of the client's body alone
+would come out short: the body goes to the app with the tools declared as the route's own request of the same body
+would get them, by the same hooks and the same rules (side requests get none: side.py). Only the tool hooks'
+declarations run (the `ServerTools` family's request hook): no other hook, guardrail or pre-call is asked, as a count
+runs no model. A Responses count that names a recorded turn by `previous_response_id` is chained as follow-ups are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .asgi import read_body, replay, scope_with_body_length, send_json
+from .asking import REQUEST_HOOK, is_internal_field
+from .chains import Chains
+from .errors import HookError, RequestRefused
+from .followups import resume_beside
+from .hooks import AgenticLoopLogging, BoundHook
+from .precall import model_call_details
+from .surfaces import Surface
+from .tools import ServerTools
+
+logger = logging.getLogger("agentic_middleware")
+
+# The counting endpoint under a route of each wire format that has one (the last segment of its path).
+COUNT_ENDPOINTS = {"messages": "count_tokens", "responses": "input_tokens"}
+
+
+def tool_hooks(hooks: Sequence[BoundHook]) -> tuple[BoundHook, ...]:
+    """The hooks that declare tools into requests: the `ServerTools` family (`MCPTools`, `CompressionHook` too)."""
+    return tuple(hook for hook in hooks if isinstance(hook.hook, ServerTools))
+
+
+async def count(
+    hooks: Sequence[BoundHook],
+    surface: Surface,
+    provider: str,
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    chains: Chains | None,
+    max_body_bytes: int,
+    hook_timeout: float | None,
+) -> None:
+    """One counting request: its body with the server's tools declared, to the app."""
+    request = await read_body(receive, max_body_bytes)
+    if request is None:
+        return  # the client left before its request was complete
+    raw, complete = request
+    body = None
+    if complete and raw and len(raw) <= max_body_bytes:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None  # the app answers it as it answers any body it cannot read
+    if type(body) is not dict:
+        if len(raw) > max_body_bytes or not complete:
+            logger.warning("count request over max_body_bytes=%d: counted without the server's tools", max_body_bytes)
+        await app(scope, replay(raw, receive, more_body=not complete), send)
+        return
+    body = {name: value for name, value in body.items() if not is_internal_field(name)}
+    resumed = None
+    if chains is not None and surface.chains_by_id:
+        resumed = await resume_beside(chains, body, scope, send, max_body_bytes)
+    if resumed is not None:
+        body, scope, send = resumed
+    try:
+        body = await _declared(hooks, surface, provider, body, scope, hook_timeout)
+    except RequestRefused as error:
+        await send_json(send, error.status, surface.error_body(error.status, error.summary, error.code, error.param))
+        return
+    except HookError as error:
+        logger.error("counting: %s", error)
+        message = "the server's tools could not be declared for the count"
+        await send_json(send, 500, surface.error_body(500, message, "agentic_hook_error"))
+        return
+    raw = orjson.dumps(body)
+    await app(scope_with_body_length(scope, len(raw)), replay(raw, receive), send)
+
+
+async def _declared(
+    hooks: Sequence[BoundHook],
+    surface: Surface,
+    provider: str,
+    body: dict[str, Any],
+    scope: Scope,
+    timeout: float | None,
+) -> dict[str, Any]:
+    """The body as the tool hooks declare into it before a first call, in their order."""
+    logging_obj = AgenticLoopLogging(
+        litellm_call_id="count",
+        route=surface.name,
+        logger=logging.LoggerAdapter(logger, {"litellm_call_id": "count"}),
+        model_call_details=model_call_details(body, provider, scope.get("state", {})),
+    )
+    kwargs = {"_agentic_loop_api_surface": surface.api_surface, "custom_llm_provider": provider, "scope": scope}
+    for hook in hooks:
+        try:
+            async with asyncio.timeout(timeout):
+                changed = await hook.call(REQUEST_HOOK, request=body, logging_obj=logging_obj, kwargs=dict(kwargs))
+        except TimeoutError:
+            raise HookError(hook.name, REQUEST_HOOK, f"timed out after hook_timeout={timeout:g} s") from None
+        if isinstance(changed, dict):
+            body = {name: value for name, value in changed.items() if not is_internal_field(name)}
+    return body
