@@ -20,7 +20,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import read_body, replay, scope_with_body_length, send_json
-from .asking import REQUEST_HOOK, is_internal_field
+from .ends import REQUEST_HOOK, is_internal_field
 from .chains import Chains
 from .errors import HookError, RequestRefused
 from .followups import resume_beside
