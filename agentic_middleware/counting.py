@@ -20,8 +20,8 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import read_body, replay, scope_with_body_length, send_json
-from .ends import REQUEST_HOOK, is_internal_field
 from .chains import Chains
+from .ends import REQUEST_HOOK, is_internal_field
 from .errors import HookError, RequestRefused
 from .followups import resume_beside
 from .hooks import AgenticLoopLogging, BoundHook
