@@ -25,6 +25,7 @@ from .ends import REQUEST_HOOK, is_internal_field
 from .errors import HookError, RequestRefused
 from .followups import resume_beside
 from .hooks import AgenticLoopLogging, BoundHook
+from .policy import ToolPolicy, scoped
 from .precall import model_call_details
 from .surfaces import Surface
 from .tools import ServerTools
@@ -52,8 +53,10 @@ async def count(
     chains: Chains | None,
     max_body_bytes: int,
     hook_timeout: float | None,
+    policy: ToolPolicy | None = None,
 ) -> None:
-    """One counting request: its body with the server's tools declared, to the app."""
+    """One counting request: its body with the server's tools declared, to the app; under a tool policy, only those
+    the caller may use (none under a loop cap of 0), as its turn gets them (policy.py)."""
     request = await read_body(receive, max_body_bytes)
     if request is None:
         return  # the client left before its request was complete
@@ -75,8 +78,12 @@ async def count(
         resumed = await resume_beside(chains, body, scope, send, max_body_bytes)
     if resumed is not None:
         body, scope, send = resumed
+    client_tools = body.get("tools")
     try:
-        body = await _declared(hooks, surface, provider, body, scope, hook_timeout)
+        if policy is None or policy.max_agentic_loops != 0:
+            body = await _declared(hooks, surface, provider, body, scope, hook_timeout, policy)
+        if policy is not None:
+            body = scoped(surface, body, client_tools, policy)
     except RequestRefused as error:
         await send_json(send, error.status, surface.error_body(error.status, error.summary, error.code, error.param))
         return
@@ -96,15 +103,22 @@ async def _declared(
     body: dict[str, Any],
     scope: Scope,
     timeout: float | None,
+    policy: ToolPolicy | None,
 ) -> dict[str, Any]:
-    """The body as the tool hooks declare into it before a first call, in their order."""
+    """The body as the tool hooks declare into it before a first call, in their order (given the caller's policy,
+    as a turn's hooks are: the compression hook stubs nothing for a caller who may not retrieve)."""
     logging_obj = AgenticLoopLogging(
         litellm_call_id="count",
         route=surface.name,
         logger=logging.LoggerAdapter(logger, {"litellm_call_id": "count"}),
         model_call_details=model_call_details(body, provider, scope.get("state", {})),
     )
-    kwargs = {"_agentic_loop_api_surface": surface.api_surface, "custom_llm_provider": provider, "scope": scope}
+    kwargs = {
+        "_agentic_loop_api_surface": surface.api_surface,
+        "custom_llm_provider": provider,
+        "scope": scope,
+        "_agentic_tool_policy": policy,
+    }
     for hook in hooks:
         try:
             async with asyncio.timeout(timeout):

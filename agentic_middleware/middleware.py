@@ -139,6 +139,11 @@ class AgenticLoopMiddleware:
             elif (counted := self._count_route(scope)) is not None:
                 if not self.lifecycle.started and not await self._started(counted, send):
                     return
+                policy = None
+                if self.settings.tool_policy is not None:  # the count holds the tools this caller's turn would get
+                    read, policy = await self._policy(scope, counted, send)
+                    if not read:
+                        return
                 await count(
                     self.tool_hooks,
                     counted,
@@ -150,6 +155,7 @@ class AgenticLoopMiddleware:
                     chains=self.chains,
                     max_body_bytes=self.settings.max_body_bytes,
                     hook_timeout=self.settings.hook_timeout,
+                    policy=policy,
                 )
             elif (last := self._beside_responses(scope)) is not None:
                 assert self.chains is not None

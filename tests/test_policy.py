@@ -563,3 +563,33 @@ async def test_a_caller_who_may_not_retrieve_gets_the_history_uncompressed(route
         assert ("[compressed: " in sent) is stubbed, key
         assert (LONG in sent) is not stubbed, key
         assert ("retrieve" in declared(model.requests[0].body)) is stubbed, key
+
+
+class Counting(ScriptedModel):
+    """Answers a token count with the tool names its body declares, on both counting routes."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            default=lambda request: {"input_tokens": len(declared(request.body)), "object": "response.input_tokens"}
+        )
+
+
+async def test_a_token_count_counts_only_the_tools_the_caller_may_use() -> None:
+    """A count holds the tools the caller's turn would get: not those its policy denies, none under a cap of 0."""
+    POLICIES["frank"] = ToolPolicy(max_agentic_loops=0)
+    KEYS["frank-key"] = "frank"
+    model = Counting()
+    app = gateway(model)
+    counted = {}
+    for key in ("alice-key", "bob-key", "frank-key"):
+        model.requests.clear()
+        await anthropic_client(app, api_key=key).messages.count_tokens(
+            model="m", messages=[{"role": "user", "content": "go"}]
+        )
+        await openai_client(app, api_key=key).responses.input_tokens.count(model="m", input="go")
+        counted[key] = [declared(request.body) for request in model.requests]
+    assert counted == {
+        "alice-key": [["lookup", "delete_everything"]] * 2,
+        "bob-key": [["lookup"]] * 2,
+        "frank-key": [[], []],
+    }
