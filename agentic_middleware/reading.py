@@ -8,7 +8,7 @@ and turn it into the JSON answer the loop reads; what goes to the client, and wh
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 from starlette.types import Message, Send
@@ -85,10 +85,8 @@ class AnswerReading:
     rewritten: bool
     unjudged: str | None
     refused: str | None
-
-    async def forward(self, start: Message) -> None:
-        """Begin the client's answer with `start` (the capture's side: `ResponseCapture.forward`)."""
-        raise NotImplementedError
+    # Begins the client's answer with a start message: the capture's side (`ResponseCapture.forward`).
+    forward: Callable[[Message], Awaitable[None]]
 
     async def sniffed(self, chunk: bytes) -> bool:
         """Decide what a held answer is, once its first bytes tell; False while they do not yet, or when the
