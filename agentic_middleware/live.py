@@ -73,6 +73,7 @@ class LiveStream:
         # A relay write and a keep-alive never overlap, so that a numbered keep-alive goes out in its place.
         self.sending = False
         self.pinging: asyncio.Task[None] | None = None
+        self.loop = asyncio.get_running_loop()
 
     async def open(self) -> None:
         """Nothing is sent yet: the response starts with the first round's answer."""
@@ -101,12 +102,17 @@ class LiveStream:
         self.kept_alive = keep_alive(self)
 
     async def send(self, data: bytes) -> None:
-        """Send events to the client now (after the keep-alive being written, if one is)."""
+        """Send events to the client now (after the keep-alive being written, if one is). The relay's path for every
+        event, so `written` is spelled out here."""
         self.sending = True
         try:
             if self.pinging is not None:
                 await self.pinging
-            await self.written({"type": "http.response.body", "body": data, "more_body": True})
+            write = self.write
+            await write.forward({"type": "http.response.body", "body": data, "more_body": True})
+            if write.failed and write.client is not None:
+                write.client.left()
+            self.last_write = self.loop.time()
         finally:
             self.sending = False
 
@@ -132,7 +138,7 @@ class LiveStream:
             await self.write(message)
         if self.write.failed and self.write.client is not None:
             self.write.client.left()  # a write failed: stop the loop (and the app's stream) as a disconnect does
-        self.last_write = asyncio.get_running_loop().time()
+        self.last_write = self.loop.time()
 
     def quiet_since(self) -> float | None:
         """For the keep-alive timer: when the client last heard from us; None while something is being written."""
@@ -259,14 +265,21 @@ class RoundCapture(ResponseCapture):
         self.readable = True
         if not self.live.opened:
             await self.live.start(self.start)
-        held, self.chunks, self.size = self.body, [], 0
-        await self.read({"type": "http.response.body", "body": held, "more_body": not self.complete})
+        held, self.chunks, self.size, complete = self.body, [], 0, self.complete
+        await self.send({"type": "http.response.body", "body": held, "more_body": not complete})
         return False
 
     async def send(self, message: Message) -> None:
-        if self.reader is not None:
+        if self.reader is not None:  # the relay's path for every event: `read` spelled out
             if message["type"] == "http.response.body":
-                await self.read(message)
+                chunk = message.get("body", b"")
+                if chunk and self.failure is None:
+                    out = self.relayed(chunk)
+                    if out:  # what the relay held or dropped (a rerun's own message_start) never reached the client
+                        self.heard = True
+                        await self.live.send(out)
+                if not message.get("more_body", False):
+                    self.ended()
             return
         if message["type"] == "http.response.start" and not self.forwarded and is_event_stream(message):
             self.reader = SSEReader()
@@ -278,30 +291,8 @@ class RoundCapture(ResponseCapture):
         if self.complete and self.readable and not (self.live.opened or self.forwarded or self.oversize):
             await self.live.start(None)  # a JSON answer to a streaming call: written as a stream at the end
 
-    async def read(self, message: Message) -> None:
-        chunk = message.get("body", b"")
-        if chunk and self.failure is None:
-            self.size += len(chunk)
-            out: list[bytes] = []
-            try:
-                if self.size > self.limit:
-                    self.failure = self.live.surface.error_body(
-                        502, f"the model app's answer was over max_body_bytes={self.limit}", "model_app_error"
-                    )
-                else:
-                    assert self.reader is not None
-                    for event in self.reader.feed(chunk):
-                        out += self.live.relay.feed(event)
-            except AppStreamError as error:
-                self.failure, self.failure_status = error.body, error.status
-            except Exception as error:
-                message_text = f"the model app's stream could not be read: {type(error).__name__}: {error}"
-                self.failure = self.live.surface.error_body(502, message_text, "model_app_error")
-            if out:  # what the relay held or dropped (a rerun's own message_start) never reached the client
-                self.heard = True
-                await self.live.send(out[0] if len(out) == 1 else b"".join(out))
-        if message.get("more_body", False):
-            return
+    def ended(self) -> None:
+        """The round's stream ended: its answer is the relay's accumulated body, or an error answer."""
         self.complete = True
         body = self.live.relay.body() if self.failure is None else None
         if body is not None:
@@ -315,3 +306,21 @@ class RoundCapture(ResponseCapture):
                 502, "the model app's stream ended before its answer was complete", "model_app_error"
             )
         ]
+
+    def relayed(self, chunk: bytes) -> bytes:
+        """What the client gets now of one more chunk of the round's stream; a failure is noted, not raised."""
+        self.size += len(chunk)
+        if self.size > self.limit:
+            message = f"the model app's answer was over max_body_bytes={self.limit}"
+            self.failure = self.live.surface.error_body(502, message, "model_app_error")
+            return b""
+        out: list[bytes] = []
+        try:
+            assert self.reader is not None
+            self.live.relay.read(self.reader, chunk, out)
+        except AppStreamError as error:
+            self.failure, self.failure_status = error.body, error.status
+        except Exception as error:
+            message = f"the model app's stream could not be read: {type(error).__name__}: {error}"
+            self.failure = self.live.surface.error_body(502, message, "model_app_error")
+        return out[0] if len(out) == 1 else b"".join(out)  # what came before a failure went out

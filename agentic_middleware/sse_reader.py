@@ -15,21 +15,50 @@ that work, for tests and benchmarks.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 _BOM = b"\xef\xbb\xbf"
 
 
-class ServerSentEvent(NamedTuple):
-    """One dispatched event: its type (`""` when it had no `event` field) and its data, as bytes."""
+@dataclass(slots=True)
+class ServerSentEvent:
+    """One dispatched event: its type (`""` when it had no `event` field) and its data, as bytes.
+
+    `raw` is the event's own bytes when the stream wrote it in the one form `encode` writes (an `event` line, one
+    `data` line, LF endings): a relay that passes the event on unchanged sends them as they came, with no copy.
+    """
 
     event: str
     data: bytes
+    raw: bytes = field(default=b"", compare=False, repr=False)
 
     def encode(self) -> bytes:
         """The event written back as the stream's bytes."""
+        if self.raw:
+            return self.raw
         data = b"data: " + self.data.replace(b"\n", b"\ndata: ") + b"\n\n"
         return b"event: " + self.event.encode() + b"\n" + data if self.event else data
+
+
+def _simple(block: bytes, raw: bytes) -> ServerSentEvent | None:
+    """The event of `block` (an event's lines, less the blank line that ends it, which `raw` has), when it is in the
+    form `encode` writes: one `data` line after at most one `event` line; else None, for the line-by-line rules."""
+    lines = block.count(b"\n")
+    if lines == 0:
+        return ServerSentEvent("", block[6:]) if block.startswith(b"data: ") else None
+    head, data_line, data = block.partition(b"\ndata: ")
+    if lines > 1 or not data_line or not head.startswith(b"event: ") or len(head) == 7:
+        return None  # more lines, no data line second, or an empty type (which `encode` would not write)
+    name = _NAMES.get(head)
+    if name is None:
+        name = head[7:].decode(errors="replace")
+        if len(_NAMES) < 256:
+            _NAMES[head] = name
+    return ServerSentEvent(name, data, raw)
+
+
+# Event types seen so far (by their whole `event` line), decoded once: a stream repeats a handful of them.
+_NAMES: dict[bytes, str] = {}
 
 
 class SSEReader:
@@ -46,8 +75,28 @@ class SSEReader:
         self.scanned = 0
         """Bytes read from chunks plus bytes copied to join a line's pieces: the reader's work, about one pass."""
 
+    @property
+    def between_events(self) -> bool:
+        """Nothing of an event is under way: a chunk that is one whole event may be read without this reader."""
+        return self.head is None and not (self.pending or self.data or self.event or self.after_cr)
+
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """The events that `chunk` completes, in order."""
+        if self.head is None and not (self.pending or self.data or self.event or self.after_cr) and b"\r" not in chunk:
+            # Between two events, as a stream that writes whole events leaves the reader: the whole events at the
+            # chunk's start are cut at their blank lines, and only the rest is read line by line.
+            if chunk.endswith(b"\n\n") and chunk.count(b"\n") <= 3:  # one event, the chunk of most streams
+                event = _simple(chunk[:-2], chunk)
+                if event is not None:
+                    self.scanned += len(chunk)
+                    return [event]
+            end = chunk.rfind(b"\n\n") + 2
+            if end > 1:
+                self.scanned += len(chunk)
+                events = self.blocks(chunk if end == len(chunk) else chunk[:end])
+                if end < len(chunk):
+                    events += self.lines(chunk[end:])
+                return events
         if not chunk:
             return []
         if self.head is not None:  # the stream's start: one byte order mark may open it, in any number of chunks
@@ -67,6 +116,23 @@ class SSEReader:
         if b"\r" in chunk:
             self.after_cr = chunk[-1:] == b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        return self.lines(chunk)
+
+    def blocks(self, whole: bytes) -> list[ServerSentEvent]:
+        """The events of `whole`: LF-ended lines from a line's start up to a blank line, with nothing under way."""
+        events: list[ServerSentEvent] = []
+        for block in whole[:-2].split(b"\n\n"):
+            event = _simple(block, block + b"\n\n")
+            if event is not None:
+                events.append(event)
+                continue
+            for line in block.split(b"\n"):
+                self.line(line, events)
+            self.line(b"", events)
+        return events
+
+    def lines(self, chunk: bytes) -> list[ServerSentEvent]:
+        """The events that `chunk`'s lines complete (LF endings only, the byte order mark dealt with)."""
         end = chunk.find(b"\n")
         if end < 0:  # no line ends here: one more piece of the pending line
             self.pending.append(chunk)

@@ -11,9 +11,9 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from streams import anthropic_final, cut, openai_final, sdk_dump
+from streams import USER, anthropic_client, anthropic_final, cut, openai_final, sdk_dump, sse_app
 
-from agentic_middleware import sse
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
 from agentic_middleware.observe import sum_usage
 from agentic_middleware.sse_reader import ServerSentEvent, SSEReader
 from agentic_middleware.surfaces import AppStreamError, StreamMismatch, StreamRelay, surfaces
@@ -64,8 +64,7 @@ def relay_round(relay: StreamRelay, stream: bytes, cuts: list[int]) -> list[byte
     reader = SSEReader()
     sent: list[bytes] = []
     for chunk in cut(stream, cuts):
-        for event in reader.feed(chunk):
-            sent += relay.feed(event)
+        relay.read(reader, chunk, sent)
     return sent
 
 
@@ -251,3 +250,56 @@ def test_chat_asks_the_app_for_usage_and_keeps_the_clients_options() -> None:
     body = {"stream": True, "stream_options": {"include_obfuscation": False}}
     assert CHAT.streaming_request(body)["stream_options"] == {"include_obfuscation": False, "include_usage": True}
     assert MESSAGES.streaming_request(body) is body
+
+
+def fed_round(relay: StreamRelay, stream: bytes, cuts: list[int]) -> list[bytes]:
+    """As `relay_round`, every event read by the reader and fed to the relay: never the relay's `pass_on`."""
+    relay.begin_round()
+    reader = SSEReader()
+    return [data for chunk in cut(stream, cuts) for event in reader.feed(chunk) for data in relay.feed(event)]
+
+
+@rounds_settings
+@given(data=st.data(), count=st.integers(1, 3), chunk_size=st.integers(1, 12))
+def test_events_passed_on_unread_give_the_client_and_the_hooks_what_reading_each_gives(
+    data: st.DataObject, count: int, chunk_size: int
+) -> None:
+    """A stream that writes each event in a chunk of its own (as model servers do) takes the relay's cheap path for
+    its deltas (`pass_on`: the bytes as they came, the index moved after earlier rounds, read in batches): the client
+    gets the same bytes, and the hooks the same body, as when every event is read and fed."""
+    passed, fed = MESSAGES.relay(None), MESSAGES.relay(None)
+    for number in range(count):
+        body = data.draw(messages_round(final=number == count - 1))
+        events = list(sse.messages_events(body, chunk_size=chunk_size))
+        passed.begin_round()
+        reader = SSEReader()
+        got: list[bytes] = []
+        for event in events:
+            passed.read(reader, event, got)
+        assert got == fed_round(fed, b"".join(events), data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
+        assert same_json(passed.body()) == same_json(fed.body()) == same_json(body)
+
+
+@server_tool
+async def lookup(key: str) -> str:
+    return key
+
+
+BROKEN_DELTAS = [
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta"\n\n',
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
+    b'"text":"x"},"type":"content_block_start"}\n\n',  # another event under the delta's name: JSON's last key wins
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":7,"delta":{"type":"text_delta",'
+    b'"text":"x"}}\n\n',  # a block never started
+]
+
+
+@pytest.mark.parametrize("broken", BROKEN_DELTAS)
+async def test_a_delta_passed_on_unread_that_is_not_a_readable_delta_fails_the_round(broken: bytes) -> None:
+    events = list(sse.messages_events(message("hello there, world", usage={"input_tokens": 1, "output_tokens": 2})))
+    events.insert(3, broken)  # after message_start, content_block_start and one good delta
+    app = AgenticLoopMiddleware(sse_app(events), hooks=[ServerTools([lookup])])
+    client = anthropic_client(app)
+    with pytest.raises(anthropic.APIStatusError, match="could not be read"):
+        async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
+            await stream.get_final_message()

@@ -137,6 +137,24 @@ class StreamRelay(ABC):
         Raises `AppStreamError` for the app's error event; any other exception means an unreadable stream.
         """
 
+    def read(self, reader: SSEReader, chunk: bytes, out: list[bytes]) -> None:
+        """Add to `out` the client's events for one more chunk of the round's stream, read by `reader`: a whole event
+        the relay passes on unread (`pass_on`), else each event the reader completes, fed in turn. What was added
+        before a failure stays in `out`."""
+        if reader.between_events:
+            passed = self.pass_on(chunk)
+            if passed is not None:
+                out.append(passed)
+                return
+        for event in reader.feed(chunk):
+            out += self.feed(event)
+
+    def pass_on(self, chunk: bytes) -> bytes | None:
+        """What the client gets now for `chunk`, one whole event that came between two events, when the relay can take
+        it without the SSE reader and pass it on without re-encoding it (reading it as `feed` would): the cheap path
+        for most of a stream. None (the default): the reader reads it, and `feed` takes it."""
+        return None
+
     @abstractmethod
     def body(self) -> dict[str, Any] | None:
         """The round's answer exactly as the app returns it without streaming; None if its stream ended early."""

@@ -9,11 +9,11 @@ import orjson
 
 from .. import sse
 from ..error_types import ANTHROPIC_TYPES
-from ..native import NativeCall, NativeFormat, NativeRun
-from ..native.messages import MessagesNative, cited, pair, server_id, server_tool_use
-from ..payload import UNREAD, JSONObject, unread_input
-from ..sse_reader import ServerSentEvent
-from . import AppStreamError, Claims, Pieces, StreamMismatch, StreamRelay, Surface, ToolResult, with_id
+from ..native import NativeFormat
+from ..native.messages import MessagesNative
+from ..payload import JSONObject, unread_input
+from . import Claims, StreamRelay, Surface, ToolResult, with_id
+from .messages_relay import MessagesRelay
 
 # The counters of a `message` entry of `usage.iterations` (the anthropic SDK's BetaMessageIterationUsage).
 _ITERATION_TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -155,225 +155,6 @@ class Messages(Surface):
 
 
 _NATIVE = MessagesNative()
-_NOTHING: tuple[bytes, ...] = ()
-
-
-class MessagesRelay(StreamRelay):
-    """A Messages stream across rounds: the first `message_start`, blocks renumbered to follow the earlier
-    rounds' blocks, and one `message_delta` and `message_stop` at the very end.
-
-    Within a round, everything from the first `tool_use` block on is held: tool calls come last, and
-    holding the rest keeps the client's blocks in the app's order. Native records go out between rounds,
-    and the text after them gets `citations_delta`s of their results before its `content_block_stop`.
-    """
-
-    def __init__(self) -> None:
-        self.started = False  # the client has a `message_start`
-        self.base = 0  # the client's index of this round's first block
-        self.sent = 0  # blocks of this round that went out
-        self.recorded = 0  # native record blocks that went out after them
-        self.records: list[tuple[NativeRun, str]] = []  # every native call recorded so far, with its block id
-        self.announced: dict[int, str] = {}  # the block ids of calls announced and not recorded yet, by call
-        self.begin_round()
-
-    def begin_round(self) -> None:
-        self.base += self.sent + self.recorded
-        self.sent = self.recorded = 0
-        self.holding = False
-        self.held: list[bytes] = []
-        self.message: dict[str, Any] | None = None
-        self.blocks: dict[int, dict[str, Any]] = {}
-        self.pieces: dict[tuple[int, str], Pieces] = {}  # streamed strings, joined when their block stops
-        self.stopped = False
-
-    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
-        payload = orjson.loads(event.data)
-        kind = payload.get("type") or event.event
-        if kind == "content_block_delta":
-            index = payload["index"]
-            delta = payload["delta"]
-            block = self.blocks[index]
-            match delta.get("type"):
-                case "text_delta":
-                    self.piece(index, "text", delta["text"])
-                case "input_json_delta":
-                    self.piece(index, "input", delta["partial_json"])
-                case "thinking_delta":
-                    self.piece(index, "thinking", delta["thinking"])
-                case "signature_delta":
-                    block["signature"] = delta["signature"]
-                case "citations_delta":
-                    block.setdefault("citations", []).append(delta["citation"])
-                case _:
-                    _merge(block, {key: value for key, value in delta.items() if key != "type"})
-            return self.out(event, kind, payload)
-        if kind == "content_block_start":
-            index = payload["index"]
-            block = self.blocks[index] = dict(payload["content_block"])
-            if block.get("type") == "tool_use":
-                self.holding = True
-            if not self.holding:
-                self.sent += 1
-            return self.out(event, kind, payload)
-        if kind == "content_block_stop":
-            index = payload["index"]
-            block = self.blocks[index]
-            for name in ("text", "thinking", "input"):
-                pieces = self.pieces.pop((index, name), None)
-                if pieces is None:
-                    continue
-                text = block.get(name, "") + str(pieces) if name != "input" else str(pieces)
-                if name != "input":
-                    block[name] = text
-                elif text:
-                    block["input"] = _tool_input(text)
-            if self.records and block.get("type") == "text" and isinstance(block.get("text"), str):
-                return self.cite(index, block["text"], self.out(event, kind, payload))
-            return self.out(event, kind, payload)
-        if kind == "message_start":
-            self.message = dict(payload["message"])
-            if self.started:
-                return _NOTHING
-            self.started = True
-            return (event.encode() if event.event == kind else sse.named_event(kind, payload),)
-        if kind == "message_delta":
-            assert self.message is not None, "message_delta before message_start"
-            self.message.update(payload.get("delta") or {})
-            usage = payload.get("usage") or {}
-            self.message["usage"] = {
-                **(self.message.get("usage") or {}),
-                **{key: value for key, value in usage.items() if value is not None},
-            }
-            return _NOTHING
-        if kind == "message_stop":
-            self.stopped = True
-            return _NOTHING
-        if kind == "error":
-            raise AppStreamError(event.data)
-        if kind == "ping":
-            return _NOTHING  # the live stream sends its own keep-alives
-        return self.out(event, kind, payload)  # an event type this version does not know: as it came
-
-    def piece(self, index: int, name: str, text: str) -> None:
-        pieces = self.pieces.get((index, name))
-        if pieces is None:
-            pieces = self.pieces[index, name] = Pieces()
-        pieces.add(text)
-
-    def out(self, event: ServerSentEvent, kind: str, payload: dict[str, Any]) -> Sequence[bytes]:
-        if self.base and "index" in payload:
-            payload["index"] += self.base
-            client = sse.named_event(kind, payload)
-        else:
-            client = event.encode() if event.event == kind else sse.named_event(kind, payload)
-        if self.holding:
-            self.held.append(client)
-            return _NOTHING
-        return (client,)
-
-    def cite(self, index: int, text: str, stop: Sequence[bytes]) -> Sequence[bytes]:
-        """A text block's stop, after a `citations_delta` for each result of the records so far that it names: the
-        citations the final answer of the JSON path has (the round's own answer, which hooks judge, has none)."""
-        at = index + self.base
-        deltas = [
-            sse.named_event(
-                "content_block_delta",
-                {"type": "content_block_delta", "index": at, "delta": {"type": "citations_delta", "citation": c}},
-            )
-            for c in cited(text, self.records)
-        ]
-        if not deltas:
-            return stop
-        if self.holding:
-            self.held[-1:-1] = deltas  # in front of the held stop
-            return _NOTHING
-        return [*deltas, *stop]
-
-    def announce(self, search: NativeCall, round: int) -> Sequence[bytes] | None:
-        """The call's `server_tool_use` block, after what the client has."""
-        if not self.started:
-            return None
-        block_id = self.announced[id(search.call)] = server_id(search.call.get("id"))
-        return self.blocks_out([server_tool_use(search, block_id)])
-
-    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
-        """The call's `web_search_tool_result` block (with its `server_tool_use` if it was not announced)."""
-        if not self.started:
-            return None
-        block_id = self.announced.pop(id(run.call), None)
-        if block_id is None:
-            block_id = server_id(run.call.get("id"))
-            blocks = pair(run, block_id)
-        else:
-            blocks = pair(run, block_id)[1:]
-        self.records.append((run, block_id))
-        return self.blocks_out(blocks)
-
-    def blocks_out(self, blocks: list[dict[str, Any]]) -> list[bytes]:
-        """Whole blocks written between two rounds, numbered after what the client has."""
-        events: list[bytes] = []
-        for block in blocks:
-            events += sse.messages_block(self.base + self.sent + self.recorded, block)
-            self.recorded += 1
-        return events
-
-    def body(self) -> dict[str, Any] | None:
-        # Ended by `message_stop`, or by the `message_delta` that gives the stop reason: nothing comes after it but
-        # the empty `message_stop`, which the anthropic SDK does not wait for (a stream whose last event lacks the
-        # blank line that dispatches it, as the HTML standard reads it, ends so).
-        if self.message is None or not (self.stopped or self.message.get("stop_reason") is not None):
-            return None
-        return {**self.message, "content": [self.blocks[index] for index in sorted(self.blocks)]}
-
-    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
-        events: list[bytes] = []
-        if not self.started:
-            events.append(sse.messages_start(final))
-            self.started = True
-        content = final.get("content")
-        content = content if isinstance(content, list) else []
-        answer = None if fresh else self.body()
-        if answer is not None and content == answer["content"]:
-            events += self.held
-        else:
-            sent = [] if fresh else [self.blocks[index] for index in range(self.sent)]
-            more: list[Any] = []
-            if content[: len(sent)] != sent:
-                rest = _text_rest(sent[-1], content[len(sent) - 1]) if content[: len(sent) - 1] == sent[:-1] else None
-                if rest is None:
-                    raise StreamMismatch("the answer's content differs from the blocks already streamed")
-                more = [{"type": "text", "text": rest}]  # the last text block, extended: the rest is a block of its own
-            first = self.base + self.sent
-            for position, block in enumerate([*more, *content[len(sent) :]]):
-                events += sse.messages_block(first + position, block)
-        events += sse.messages_end(final)
-        return events
-
-
-def _text_rest(sent: Any, final: Any) -> str | None:
-    """What `final` adds to the text block `sent` when it is that block with more text at its end; else None."""
-    if not (isinstance(sent, dict) and isinstance(final, dict) and sent.get("type") == final.get("type") == "text"):
-        return None
-    old, new = sent.get("text"), final.get("text")
-    if not (isinstance(old, str) and isinstance(new, str) and new.startswith(old)):
-        return None
-    same = {**final, "text": old} == sent
-    return new[len(old) :] if same else None
-
-
-def _tool_input(text: str) -> Any:
-    """A streamed call's input: the JSON its `input_json_delta`s join into, else `{"_raw": text}`.
-
-    A model may stream input that is not JSON (cut short, say). The client's SDK accumulates such a stream without
-    error, so it is no reason to end the stream: a call the client runs reaches it as the app sent it. Hooks get the
-    text as LiteLLM's own streaming loop gives it to them, in an object under `_raw` (so `input.get(...)` works), and
-    a claimed call's tool is not run on it: the model reads an error result quoting the text (as with a chat or
-    Responses call whose `arguments` are not JSON).
-    """
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {UNREAD: text}
 
 
 def _as_history(call: dict[str, Any]) -> dict[str, Any]:
@@ -381,13 +162,6 @@ def _as_history(call: dict[str, Any]) -> dict[str, Any]:
     one, or not JSON at all, is sent as `{}` (its tool result, an error, quotes what the model wrote)."""
     value = call.get("input")
     return call if isinstance(value, dict) and unread_input(value) is None else {**call, "input": {}}
-
-
-def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
-    """A delta of a kind this version does not know: strings are appended, anything else replaces."""
-    for key, value in delta.items():
-        old = target.get(key)
-        target[key] = old + value if isinstance(old, str) and isinstance(value, str) else value
 
 
 def _answers(block: Any) -> bool:

@@ -1,0 +1,277 @@
+"""An Anthropic Messages stream relayed live across rounds, as one stream to the client (`MessagesRelay`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from .. import sse
+from ..native import NativeCall, NativeRun
+from ..native.messages import cited, pair, server_id, server_tool_use
+from ..payload import UNREAD
+from ..sse_reader import ServerSentEvent
+from . import AppStreamError, Pieces, StreamMismatch, StreamRelay
+
+_NOTHING: tuple[bytes, ...] = ()
+
+
+# The start of the one shape of event `MessagesRelay.pass_on` passes on as it came (the Anthropic API's own), and
+# where its data begins.
+_PASSED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_PASSED_DATA = len(b"event: content_block_delta\ndata: ")
+
+
+class MessagesRelay(StreamRelay):
+    """A Messages stream across rounds: the first `message_start`, blocks renumbered to follow the earlier
+    rounds' blocks, and one `message_delta` and `message_stop` at the very end.
+
+    Within a round, everything from the first `tool_use` block on is held: tool calls come last, and
+    holding the rest keeps the client's blocks in the app's order. Native records go out between rounds,
+    and the text after them gets `citations_delta`s of their results before its `content_block_stop`.
+    """
+
+    def __init__(self) -> None:
+        self.started = False  # the client has a `message_start`
+        self.base = 0  # the client's index of this round's first block
+        self.sent = 0  # blocks of this round that went out
+        self.recorded = 0  # native record blocks that went out after them
+        self.records: list[tuple[NativeRun, str]] = []  # every native call recorded so far, with its block id
+        self.announced: dict[int, str] = {}  # the block ids of calls announced and not recorded yet, by call
+        self.begin_round()
+
+    def begin_round(self) -> None:
+        self.base += self.sent + self.recorded
+        self.sent = self.recorded = 0
+        self.holding = False
+        self.held: list[bytes] = []
+        self.message: dict[str, Any] | None = None
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.pieces: dict[tuple[int, str], Pieces] = {}  # streamed strings, joined when their block stops
+        self.stopped = False
+
+    def pass_on(self, chunk: bytes) -> bytes | None:
+        """A delta of a block before any tool call goes out as it came, or with only its index moved after the earlier
+        rounds' blocks: the bytes are checked for the one shape that allows it (the Anthropic API's own), so that
+        neither the SSE reader nor a re-encoding is needed; the delta is read as `feed` reads it."""
+        if (
+            self.holding
+            or not chunk.startswith(_PASSED)
+            or chunk.count(b"\n") != 3
+            or not chunk.endswith(b"\n\n")
+            or b"\r" in chunk
+        ):
+            return None
+        payload = orjson.loads(chunk[_PASSED_DATA:-2])  # not JSON: the stream cannot be read, as in `feed`
+        if type(payload) is not dict or payload.get("type") != "content_block_delta":
+            return None  # another event under the delta's name (JSON's last key wins): `feed` reads it
+        out = chunk
+        if self.base:
+            index = payload.get("index")
+            at = str(index).encode()
+            if type(index) is not int or not chunk.startswith(at + b",", len(_PASSED)):
+                return None  # the index is not where the bytes have it (a key given twice): `feed` renumbers it
+            out = _PASSED + str(index + self.base).encode() + chunk[len(_PASSED) + len(at) :]
+        self.delta(payload)
+        return out
+
+    def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        payload = orjson.loads(event.data)
+        kind = payload.get("type") or event.event
+        if kind == "content_block_delta":
+            self.delta(payload)
+            return self.out(event, kind, payload)
+        if kind == "content_block_start":
+            index = payload["index"]
+            block = self.blocks[index] = dict(payload["content_block"])
+            if block.get("type") == "tool_use":
+                self.holding = True
+            if not self.holding:
+                self.sent += 1
+            return self.out(event, kind, payload)
+        if kind == "content_block_stop":
+            index = payload["index"]
+            block = self.blocks[index]
+            for name in ("text", "thinking", "input"):
+                pieces = self.pieces.pop((index, name), None)
+                if pieces is None:
+                    continue
+                text = block.get(name, "") + str(pieces) if name != "input" else str(pieces)
+                if name != "input":
+                    block[name] = text
+                elif text:
+                    block["input"] = _tool_input(text)
+            if self.records and block.get("type") == "text" and isinstance(block.get("text"), str):
+                return self.cite(index, block["text"], self.out(event, kind, payload))
+            return self.out(event, kind, payload)
+        if kind == "message_start":
+            self.message = dict(payload["message"])
+            if self.started:
+                return _NOTHING
+            self.started = True
+            return (event.encode() if event.event == kind else sse.named_event(kind, payload),)
+        if kind == "message_delta":
+            assert self.message is not None, "message_delta before message_start"
+            self.message.update(payload.get("delta") or {})
+            usage = payload.get("usage") or {}
+            self.message["usage"] = {
+                **(self.message.get("usage") or {}),
+                **{key: value for key, value in usage.items() if value is not None},
+            }
+            return _NOTHING
+        if kind == "message_stop":
+            self.stopped = True
+            return _NOTHING
+        if kind == "error":
+            raise AppStreamError(event.data)
+        if kind == "ping":
+            return _NOTHING  # the live stream sends its own keep-alives
+        return self.out(event, kind, payload)  # an event type this version does not know: as it came
+
+    def delta(self, payload: dict[str, Any]) -> None:
+        """Add a `content_block_delta` to its block."""
+        index = payload["index"]
+        delta = payload["delta"]
+        block = self.blocks[index]
+        match delta.get("type"):
+            case "text_delta":
+                self.piece(index, "text", delta["text"])
+            case "input_json_delta":
+                self.piece(index, "input", delta["partial_json"])
+            case "thinking_delta":
+                self.piece(index, "thinking", delta["thinking"])
+            case "signature_delta":
+                block["signature"] = delta["signature"]
+            case "citations_delta":
+                block.setdefault("citations", []).append(delta["citation"])
+            case _:
+                _merge(block, {key: value for key, value in delta.items() if key != "type"})
+
+    def piece(self, index: int, name: str, text: str) -> None:
+        pieces = self.pieces.get((index, name))
+        if pieces is None:
+            pieces = self.pieces[index, name] = Pieces()
+        pieces.add(text)
+
+    def out(self, event: ServerSentEvent, kind: str, payload: dict[str, Any]) -> Sequence[bytes]:
+        if self.base and "index" in payload:
+            payload["index"] += self.base
+            client = sse.named_event(kind, payload)
+        else:
+            client = event.encode() if event.event == kind else sse.named_event(kind, payload)
+        if self.holding:
+            self.held.append(client)
+            return _NOTHING
+        return (client,)
+
+    def cite(self, index: int, text: str, stop: Sequence[bytes]) -> Sequence[bytes]:
+        """A text block's stop, after a `citations_delta` for each result of the records so far that it names: the
+        citations the final answer of the JSON path has (the round's own answer, which hooks judge, has none)."""
+        at = index + self.base
+        deltas = [
+            sse.named_event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": at, "delta": {"type": "citations_delta", "citation": c}},
+            )
+            for c in cited(text, self.records)
+        ]
+        if not deltas:
+            return stop
+        if self.holding:
+            self.held[-1:-1] = deltas  # in front of the held stop
+            return _NOTHING
+        return [*deltas, *stop]
+
+    def announce(self, search: NativeCall, round: int) -> Sequence[bytes] | None:
+        """The call's `server_tool_use` block, after what the client has."""
+        if not self.started:
+            return None
+        block_id = self.announced[id(search.call)] = server_id(search.call.get("id"))
+        return self.blocks_out([server_tool_use(search, block_id)])
+
+    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
+        """The call's `web_search_tool_result` block (with its `server_tool_use` if it was not announced)."""
+        if not self.started:
+            return None
+        block_id = self.announced.pop(id(run.call), None)
+        if block_id is None:
+            block_id = server_id(run.call.get("id"))
+            blocks = pair(run, block_id)
+        else:
+            blocks = pair(run, block_id)[1:]
+        self.records.append((run, block_id))
+        return self.blocks_out(blocks)
+
+    def blocks_out(self, blocks: list[dict[str, Any]]) -> list[bytes]:
+        """Whole blocks written between two rounds, numbered after what the client has."""
+        events: list[bytes] = []
+        for block in blocks:
+            events += sse.messages_block(self.base + self.sent + self.recorded, block)
+            self.recorded += 1
+        return events
+
+    def body(self) -> dict[str, Any] | None:
+        # Ended by `message_stop`, or by the `message_delta` that gives the stop reason: nothing comes after it but
+        # the empty `message_stop`, which the anthropic SDK does not wait for (a stream whose last event lacks the
+        # blank line that dispatches it, as the HTML standard reads it, ends so).
+        if self.message is None or not (self.stopped or self.message.get("stop_reason") is not None):
+            return None
+        return {**self.message, "content": [self.blocks[index] for index in sorted(self.blocks)]}
+
+    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+        events: list[bytes] = []
+        if not self.started:
+            events.append(sse.messages_start(final))
+            self.started = True
+        content = final.get("content")
+        content = content if isinstance(content, list) else []
+        answer = None if fresh else self.body()
+        if answer is not None and content == answer["content"]:
+            events += self.held
+        else:
+            sent = [] if fresh else [self.blocks[index] for index in range(self.sent)]
+            more: list[Any] = []
+            if content[: len(sent)] != sent:
+                rest = _text_rest(sent[-1], content[len(sent) - 1]) if content[: len(sent) - 1] == sent[:-1] else None
+                if rest is None:
+                    raise StreamMismatch("the answer's content differs from the blocks already streamed")
+                more = [{"type": "text", "text": rest}]  # the last text block, extended: the rest is a block of its own
+            first = self.base + self.sent
+            for position, block in enumerate([*more, *content[len(sent) :]]):
+                events += sse.messages_block(first + position, block)
+        events += sse.messages_end(final)
+        return events
+
+
+def _text_rest(sent: Any, final: Any) -> str | None:
+    """What `final` adds to the text block `sent` when it is that block with more text at its end; else None."""
+    if not (isinstance(sent, dict) and isinstance(final, dict) and sent.get("type") == final.get("type") == "text"):
+        return None
+    old, new = sent.get("text"), final.get("text")
+    if not (isinstance(old, str) and isinstance(new, str) and new.startswith(old)):
+        return None
+    same = {**final, "text": old} == sent
+    return new[len(old) :] if same else None
+
+
+def _tool_input(text: str) -> Any:
+    """A streamed call's input: the JSON its `input_json_delta`s join into, else `{"_raw": text}`.
+
+    A model may stream input that is not JSON (cut short, say). The client's SDK accumulates such a stream without
+    error, so it is no reason to end the stream: a call the client runs reaches it as the app sent it. Hooks get the
+    text as LiteLLM's own streaming loop gives it to them, in an object under `_raw` (so `input.get(...)` works), and
+    a claimed call's tool is not run on it: the model reads an error result quoting the text (as with a chat or
+    Responses call whose `arguments` are not JSON).
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {UNREAD: text}
+
+
+def _merge(target: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    """A delta of a kind this version does not know: strings are appended, anything else replaces."""
+    for key, value in delta.items():
+        old = target.get(key)
+        target[key] = old + value if isinstance(old, str) and isinstance(value, str) else value
