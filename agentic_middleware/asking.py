@@ -55,6 +55,8 @@ class Denied(NamedTuple):
 class AskingHooks(RequestEnds):
     """The hook side of `AgenticLoop` for each round: gates, plans, refusals, the next body."""
 
+    __slots__ = ()  # its state is `RequestEnds`' and `AgenticLoop`'s
+
     async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing | Denied:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
         fingerprint = None

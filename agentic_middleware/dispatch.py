@@ -87,8 +87,27 @@ class Dispatcher:
     """Calls the wrapped app with the client's scope and a new body each time.
 
     Routers change the scope they are given (a `Mount` sets `root_path`, the router adds `endpoint`), so every
-    call starts from a copy taken before the first one, sharing its `state`.
+    call gets a copy of the client's scope of its own, sharing its `state`.
     """
+
+    __slots__ = (
+        "app",
+        "capture",
+        "deadline",
+        "forward",
+        "forwarded",
+        "headers",
+        "heard",
+        "kept",
+        "limit",
+        "oversize",
+        "read_stream",
+        "receive",
+        "scope",
+        "send",
+        "timeout",
+        "timer",
+    )
 
     def __init__(
         self,
@@ -102,8 +121,9 @@ class Dispatcher:
     ):
         self.app = app
         self.read_stream = read_stream  # an event stream answering a call that did not stream, as its JSON answer
-        self.scope: Scope = {**scope, "state": scope.setdefault("state", {})}
-        self.headers = [(name, value) for name, value in scope["headers"] if name not in _PER_CALL]
+        scope.setdefault("state", {})
+        self.scope = scope  # never given to the app itself: each call's is a copy
+        self.headers = [header for header in scope["headers"] if header[0] not in _PER_CALL]
         self.receive = receive  # what the app receives after its body: the client's, or our disconnect fan-out
         self.send = send
         self.limit = limit

@@ -10,7 +10,6 @@ request's state, which is declared here.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Mapping, Sequence
 from time import perf_counter
@@ -56,7 +55,10 @@ class Rerun(NamedTuple):
 
 class RequestEnds:
     """The hooks of a request's two ends, and `call_hook`: the base of `AskingHooks`, so of `AgenticLoop`; every
-    attribute below is set by `AgenticLoop.__init__`."""
+    attribute below is set by `AgenticLoop.__init__`.
+
+    Slots, not a `__dict__`: a gateway holds thousands of loops at once, and a dict of this many attributes costs
+    each about 1.6 KB more (benchmarks case 12, docs/performance.md)."""
 
     # What the middleware prepared once (`LoopSetup`).
     hooks: Sequence[BoundHook]
@@ -91,6 +93,8 @@ class RequestEnds:
     patch_kwargs: dict[str, Any]
     executed: list[Rerun]
     _logging_obj: AgenticLoopLogging | None
+    _encoder: BodyEncoder | None
+    __slots__ = tuple(__annotations__)  # each attribute annotated above, and no `__dict__`
 
     @property
     def limit(self) -> int:
@@ -106,10 +110,12 @@ class RequestEnds:
         """A body as it goes to the model app: without the hooks' tools the caller may not use (policy.py)."""
         return body if self.policy is None else scoped(self.surface, body, self.client_tools, self.policy)
 
-    @functools.cached_property
+    @property
     def encoder(self) -> BodyEncoder:
         """Writes the bodies the loop sends itself; made for the first, as most requests send only the client's."""
-        return BodyEncoder(self.surface.messages_field)
+        if self._encoder is None:
+            self._encoder = BodyEncoder(self.surface.messages_field)
+        return self._encoder
 
     def watch_client(self) -> None:
         """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""

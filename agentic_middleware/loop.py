@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+from collections.abc import Coroutine
 from time import perf_counter
 from typing import Any
 
@@ -45,6 +46,19 @@ class AgenticLoop(AskingHooks, Replies):
     `ends.py`, the reply it ends with in `replies.py`.
     """
 
+    # Its own attributes; those its bases read are declared in `RequestEnds`.
+    __slots__ = (
+        "app_answer",
+        "chains",
+        "checks_only",
+        "receive",
+        "request_bytes",
+        "retried",
+        "send",
+        "usages",
+        "write",
+    )
+
     def __init__(
         self,
         setup: LoopSetup,
@@ -54,6 +68,7 @@ class AgenticLoop(AskingHooks, Replies):
         receive: Receive,
         send: Send,
         body: dict[str, Any],
+        raw: bytes,
         stream_options: Any = None,
         streaming: bool = False,
         relay: StreamRelay | None = None,
@@ -79,6 +94,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.receive = receive
         self.send = send
         self.body = body
+        self.request_bytes = raw  # the body as the first call sends it, unless a hook changes it first
         self.dispatch = Dispatcher(
             setup.app,
             scope,
@@ -102,6 +118,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.hooks_usage = None  # what post hooks added to the final usage (a server tool's counters)
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self._logging_obj = None
+        self._encoder = None
         self.round = RoundRecord(self.call_id, surface.name, 0)
         self.retried = 0  # retries of the rounds before this one (`retries.py`)
         if setup.internal_headers:
@@ -120,7 +137,7 @@ class AgenticLoop(AskingHooks, Replies):
             self.dispatch.forward = False
             self.events = EventStream(self.write, surface, stream_options, settings.stream_keepalive)
 
-    async def run(self, raw: bytes) -> None:
+    async def run(self) -> None:
         """Answer the client exactly once, and run every executed plan's cleanup hook."""
         with (
             _NO_SPAN
@@ -134,7 +151,7 @@ class AgenticLoop(AskingHooks, Replies):
             try:
                 if self.events is not None:
                     self.watch_client()  # the stream is under way: nothing else will hear of a disconnect
-                reply = await self.answer(raw)
+                reply = await self.answer()
             except Exception as error:
                 if self.dispatch.forwarded:
                     raise  # the client already has the app's own answer under way: it cannot get another
@@ -195,7 +212,7 @@ class AgenticLoop(AskingHooks, Replies):
         elif not self.dispatch.forwarded and not self.write.started:
             await self.respond(self.error_reply(error))
 
-    async def answer(self, raw: bytes) -> Reply | None:
+    async def answer(self) -> Reply | None:
         """The loop within `loop_timeout`, then the post and cleanup hooks (which a disconnect does not cut short).
 
         A client that disconnects during the loop ends it at once, with no reply.
@@ -204,10 +221,10 @@ class AgenticLoop(AskingHooks, Replies):
         self.client.guarded = True
         try:
             if timeout is None:
-                answer = await self.rounds(raw)
+                answer = await self.rounds()
             else:
                 async with asyncio.timeout(timeout) as self.dispatch.deadline:
-                    answer = await self.rounds(raw)
+                    answer = await self.rounds()
         except asyncio.CancelledError:
             if self.client.absorb():
                 self.stop_reason = "client_disconnect"
@@ -229,8 +246,9 @@ class AgenticLoop(AskingHooks, Replies):
             )
         return self.accounted(answer)
 
-    async def rounds(self, raw: bytes) -> Answer | None:
+    async def rounds(self) -> Answer | None:
         """The loop itself; None when an answer already went to the client as the app sent it."""
+        raw, self.request_bytes = self.request_bytes, b""  # held by this frame alone, until the first call is over
         self.limit = self.request_limit()  # set by an outer middleware, if any
         may_loop = bool(self.limit) and not self.checks_only
         if may_loop and (self.request_hooks or self.pre_call_hooks):
@@ -239,6 +257,7 @@ class AgenticLoop(AskingHooks, Replies):
             raw = await self.prepared(raw, guardrails_only=True)
         await self.begin_stream()
         answer = await self.call_app(raw)
+        del raw  # a long history's bytes are not held for the rest of the loop
         if answer is None:
             return None
         looping = may_loop and bool(self.limit)  # a pre-call hook may have set the limit
@@ -263,6 +282,7 @@ class AgenticLoop(AskingHooks, Replies):
             else:  # the closing call: no plan of a hook, so no post or cleanup hook of its own
                 self.body = step.body
                 self.round.outcome = "closing"
+            answer = None  # the judged round's answer is not held while the next round streams
             answer = await self.rerun(step)
             if answer is None:
                 self.stop_reason = "app_answer"
@@ -282,6 +302,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.depth += 1
         self.retried += self.round.retries
         self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
+        self.app_answer = None  # the rerun's answer replaces it: the judged one is not held while the rerun streams
         try:
             raw = self.encoder.encode(self.on_the_wire(self.body))
         except TypeError as error:
@@ -299,10 +320,12 @@ class AgenticLoop(AskingHooks, Replies):
         except ConfigurationError as error:
             raise LoopError(str(error)) from None
 
-    async def call_app(self, body: bytes) -> Answer | None:
-        """One internal call of the model app, traced when tracing is on."""
-        if self.observer.tracer is None:
-            return await self.dispatched(body)
+    def call_app(self, body: bytes) -> Coroutine[Any, Any, Answer | None]:
+        """One internal call of the model app, traced when tracing is on; untraced, no frame of its own waits while
+        the call lasts (a stream's whole round)."""
+        return self.dispatched(body) if self.observer.tracer is None else self.traced(body)
+
+    async def traced(self, body: bytes) -> Answer | None:
         model = self.body.get("model")
         with self.observer.span(
             f"chat {model}",
@@ -342,7 +365,8 @@ class AgenticLoop(AskingHooks, Replies):
             log = self.logging_obj.logger
             log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
             log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
-        self.app_answer = answer.data
+        if self.chains is not None:  # what the turn's record keeps (chains.py); no one else reads it
+            self.app_answer = answer.data
         if isinstance(self.send, ShownIds) and answer.data is not None:  # the client never sees a round's own id
             self.send.round(answer.data.get("id"), getattr(self.events, "relay", None))
         usage = answer.data.get("usage") if answer.data is not None else None

@@ -163,27 +163,40 @@ class AgenticLoopMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
+        loop = await self._loop_for(surface, compact, scope, receive, send)
+        if loop is not None:
+            with self.lifecycle.in_flight:  # a shut-down waits for the loop, its cancellation included
+                await loop.run()
+
+    async def _loop_for(
+        self, surface: Surface, compact: bool, scope: Scope, receive: Receive, send: Send
+    ) -> AgenticLoop | None:
+        """Read a request on a looped route: the loop that is to answer it, or None when it was answered here
+        (refused, or handed to the app as it came).
+
+        A frame of its own, over before the loop runs: what it read (the request's bytes, their first parse) is not
+        held for as long as the response lasts, and the loop lets go of each once it is done with it."""
         request = await read_body(receive, self.settings.max_body_bytes)
         if request is None:
-            return  # the client left before its request was complete: nobody to answer
+            return None  # the client left before its request was complete: nobody to answer
         raw, complete = request
         if not complete or len(raw) > self.settings.max_body_bytes:  # however the body arrived: whole, or in chunks
             if self.guarded:  # the guardrails cannot read it: refused, not passed on unchecked
                 message = f"the request body is over max_body_bytes={self.settings.max_body_bytes}"
                 await _refuse(send, surface, 413, message, "request_too_large")
-                return
+                return None
             logger.warning(
                 "request body over max_body_bytes=%d: passed through without hooks", self.settings.max_body_bytes
             )
             await self.app(scope, replay(raw, receive, more_body=not complete), send)
-            return
+            return None
         try:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError as error:
             # Refused rather than passed on: a lenient app (NaN, a lone surrogate escape) would read it with every
             # hook skipped and internal fields kept.
             await _refuse(send, surface, 400, f"the request body is not valid JSON: {error}", "invalid_json")
-            return
+            return None
         if type(body) is dict:
             changed = any(map(is_internal_field, body))  # fields only trusted server code may set
             if changed:
@@ -204,13 +217,13 @@ class AgenticLoopMiddleware:
                 if takes_part and self.settings.tool_policy is not None:
                     read, policy = await self._policy(scope, surface, send)
                     if not read:
-                        return
+                        return None
                 problem, code = _wrong_type(body), "invalid_request"
                 if problem is None and takes_part and self._may_loop(scope, policy):
                     problem, code = surface.unsupported(body), "unsupported_parameter"
                 if problem is not None:
                     await _refuse(send, surface, 400, problem[1], code, problem[0])
-                    return
+                    return None
                 if streaming and takes_part:
                     stream_options = body.get("stream_options")
                     relay = surface.relay(stream_options) if mode == "live" else None
@@ -231,8 +244,8 @@ class AgenticLoopMiddleware:
                 if not self.litellm_checked:  # LiteLLM's proxy reads its config at its start-up, after our __init__
                     self.litellm_checked = warn_if_litellm_runs(self.settings.hooks, final=True)
                 if not self.lifecycle.started and not await self._started(surface, send):
-                    return
-                loop = AgenticLoop(
+                    return None
+                return AgenticLoop(
                     self.setup,
                     surface,
                     self.providers[surface.name],
@@ -240,19 +253,18 @@ class AgenticLoopMiddleware:
                     receive,
                     send,
                     body,
+                    raw,
                     stream_options,
                     streaming and not checks_only,  # passing by: the app's stream goes to the client as it is
                     relay,
                     checks_only,
                     policy,
                 )
-                with self.lifecycle.in_flight:  # a shut-down waits for the loop, its cancellation included
-                    await loop.run(raw)
-                return
         elif self.guarded:  # a JSON array, string, number or null, or no body: nothing the guardrails can judge
             await _refuse(send, surface, 400, "the request body must be a JSON object", "invalid_request")
-            return
+            return None
         await self.app(scope, replay(raw, receive), send)
+        return None
 
     async def _started(self, surface: Surface, send: Send) -> bool:
         """Start the hooks on first use when no lifespan event did, within `hook_timeout`; a failure answers 503

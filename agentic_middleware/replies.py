@@ -21,6 +21,8 @@ from .payload import JSONObject, parse_object
 class Replies(RequestEnds):
     """The end of one request's loop: what the client gets."""
 
+    __slots__ = ()  # its state is `RequestEnds`' and `AgenticLoop`'s
+
     usages: list[Any]  # every model call's usage, for a looped answer's (`turn_usage`)
     retried: int  # retries of the rounds before the current one (`retries.py`)
     write: ClientWriter

@@ -158,3 +158,51 @@ async def test_a_send_that_raises_is_the_last_one_and_the_loop_still_cleans_up(r
 
     assert len(calls) == 5  # the one that raised was the last
     assert len(hook.cleanups) == 1
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=str)
+async def test_an_app_whose_wait_for_the_disconnect_timed_out_still_hears_it(route: Route) -> None:
+    """After its body, a rerun's app reads `receive` from the middleware (the client's is the watcher's): a read the app
+    gave up on (a timeout) must not spoil the next one, which hears the client leave."""
+    left = asyncio.Event()
+    raw = orjson.dumps(route.request())
+    incoming = [{"type": "http.request", "body": raw, "more_body": False}]
+    listening = asyncio.Event()
+    heard: list[asyncio.Task[Message]] = []
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        raise AssertionError(f"nothing is written to a client that left: {message}")
+
+    async def model(scope: Scope, receive: Receive, send: Send) -> None:
+        request, more = b"", True
+        while more:
+            message = await receive()
+            request += message.get("body", b"")
+            more = message.get("more_body", False)
+        if len(orjson.loads(request)["messages"]) == 1:
+            answer = orjson.dumps(route.calls(("lookup", {})))
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+            )
+            await send({"type": "http.response.body", "body": answer})
+            return
+        for _ in range(2):  # reads that time out, as an app polling for the disconnect does
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(receive(), 0.01)
+        heard.append(asyncio.ensure_future(receive()))  # a task of its own: the loop's cancellation leaves it
+        listening.set()
+        await asyncio.sleep(30)
+
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    task = asyncio.ensure_future(app(http_scope(route.path, raw), receive, send))
+    await asyncio.wait_for(listening.wait(), 5)
+    left.set()
+    await asyncio.wait_for(task, 5)
+
+    assert await asyncio.wait_for(heard[0], 5) == {"type": "http.disconnect"}

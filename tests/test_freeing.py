@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import types
 from collections import Counter
 from typing import Any
 
@@ -145,3 +146,66 @@ async def test_a_looped_request_leaves_nothing_for_the_garbage_collector(
         gc.enable()
     ours = [f"{kind.__qualname__} x{n}" for kind, n in kinds.items() if kind.__module__.startswith("agentic")]
     assert found == 0, f"{found} objects of 3 requests waited in reference cycles, among them: {', '.join(ours)}"
+
+
+@pytest.mark.parametrize("route", ["messages", "chat", "responses"])
+async def test_while_a_rerun_streams_the_judged_round_and_the_request_bytes_are_let_go(route: str) -> None:
+    """A gateway holds thousands of streams in their last round: what an earlier round or the request's first call
+    needed (the judged answer, the client's request bytes) is not held for the rest of the stream."""
+    first = answer(route, True, "lookup")
+    streaming = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raw, more = b"", True
+        while more:
+            message_ = await receive()
+            raw += message_.get("body", b"")
+            more = message_.get("more_body", False)
+        history = orjson.loads(raw)["input" if route == "responses" else "messages"]
+        rerun = not isinstance(history, str) and len(history) > 1
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", SSE)]})
+        stream = events(route, answer(route, False, "lookup") if rerun else first)
+        for event in stream[:-1]:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        if rerun:
+            streaming.set()
+            await go_on.wait()
+        await send({"type": "http.response.body", "body": stream[-1], "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    body: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": 64}
+    body["input" if route == "responses" else "messages"] = [{"role": "user", "content": "go " + "x" * 1000}]
+    raw = orjson.dumps(body)
+    incoming: list[Message] = [{"type": "http.request", "body": raw, "more_body": False}]
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(message_: Message) -> None:
+        pass
+
+    middleware = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])])
+    request = asyncio.ensure_future(middleware(http_scope(PATHS[route], raw), receive, send))
+    try:
+        await asyncio.wait_for(streaming.wait(), 5)
+        gc.collect()
+        content = {"messages": "content", "chat": "choices", "responses": "output"}[route]
+        judged = [  # the first round's answer as the hooks read it (not the stream's opening, which a relay may keep)
+            o
+            for o in gc.get_objects()
+            if isinstance(o, dict) and o is not first and o.get("id") == first["id"] and o.get(content)
+        ]
+        holders = [
+            r.cr_code.co_qualname
+            for r in gc.get_referrers(raw)
+            if isinstance(r, types.CoroutineType) and "agentic_middleware" in r.cr_code.co_filename
+        ]
+    finally:
+        go_on.set()
+        await asyncio.wait_for(request, 5)
+    assert judged == []
+    assert holders == []
