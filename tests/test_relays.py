@@ -11,13 +11,13 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from streams import USER, anthropic_client, anthropic_final, cut, openai_final, sdk_dump, sse_app
+from streams import USER, anthropic_client, anthropic_final, cut, event_stream, openai_final, sdk_dump, sse_app
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
 from agentic_middleware.observe import sum_usage
 from agentic_middleware.sse_reader import ServerSentEvent, SSEReader
 from agentic_middleware.surfaces import AppStreamError, StreamMismatch, StreamRelay, surfaces
-from agentic_middleware.testing import chat_completion, message, tool_call, tool_use
+from agentic_middleware.testing import ScriptedModel, chat_completion, message, tool_call, tool_use
 
 MESSAGES = surfaces()["messages"]
 CHAT = surfaces()["chat_completions"]
@@ -303,3 +303,33 @@ async def test_a_delta_passed_on_unread_that_is_not_a_readable_delta_fails_the_r
     with pytest.raises(anthropic.APIStatusError, match="could not be read"):
         async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
             await stream.get_final_message()
+
+
+TWICE = [  # a delta naming its block twice, as JSON allows: its last key wins, in orjson, Python's json and JSON.parse
+    b'"index":0,"index":0,',
+    b'"index":0,"index" : 0,',
+    b'"index":0,"\\u0069ndex":0,',  # the second key spelled with an escape
+]
+
+
+@pytest.mark.parametrize("index", TWICE)
+async def test_a_later_rounds_delta_that_names_its_block_twice_reaches_the_client_in_that_block(index: bytes) -> None:
+    """The client reads a later round's delta in the block the hooks' answer has it in: its index moves after the
+    earlier rounds' blocks whichever of its keys the client's JSON reads, never back into an earlier round's block."""
+    first = sse.messages_events(message("Let me check.", tool_use("lookup", {"key": "k"}, "toolu_1")))
+    second = list(sse.messages_events(message("The answer")))
+    assert second[2].startswith(b"event: content_block_delta\n")
+    second[2] = (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta",'
+        + index
+        + b'"delta":{"type":"text_delta","text":"The answer"}}\n\n'
+    )
+    model = ScriptedModel(event_stream(first), event_stream(second))
+    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])]))
+    async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
+        final = await stream.get_final_message()
+    assert [(block.type, getattr(block, "text", None)) for block in final.content] == [
+        ("text", "Let me check."),
+        ("text", "The answer"),
+    ]
+    assert len(model.requests) == 2

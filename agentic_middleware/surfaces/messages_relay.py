@@ -52,9 +52,12 @@ class MessagesRelay(StreamRelay):
         self.stopped = False
 
     def pass_on(self, chunk: bytes) -> bytes | None:
-        """A delta of a block before any tool call goes out as it came, or with only its index moved after the earlier
-        rounds' blocks: the bytes are checked for the one shape that allows it (the Anthropic API's own), so that
-        neither the SSE reader nor a re-encoding is needed; the delta is read as `feed` reads it."""
+        """A delta of a block before any tool call, without the SSE reader: the bytes are checked for the one shape
+        that allows it (the Anthropic API's own), and the delta is read as `feed` reads it. In the first round it goes
+        out as it came; in a later one it is written anew with its index moved after the earlier rounds' blocks, as
+        `feed` writes it: moving the index in the bytes costs as much, and would leave the client reading another
+        block than the hooks' answer has when the index is given twice (JSON's last key wins, however it is
+        spelled)."""
         if (
             self.holding
             or not chunk.startswith(_PASSED)
@@ -66,15 +69,11 @@ class MessagesRelay(StreamRelay):
         payload = orjson.loads(chunk[_PASSED_DATA:-2])  # not JSON: the stream cannot be read, as in `feed`
         if type(payload) is not dict or payload.get("type") != "content_block_delta":
             return None  # another event under the delta's name (JSON's last key wins): `feed` reads it
-        out = chunk
-        if self.base:
-            index = payload.get("index")
-            at = str(index).encode()
-            if type(index) is not int or not chunk.startswith(at + b",", len(_PASSED)):
-                return None  # the index is not where the bytes have it (a key given twice): `feed` renumbers it
-            out = _PASSED + str(index + self.base).encode() + chunk[len(_PASSED) + len(at) :]
         self.delta(payload)
-        return out
+        if not self.base:
+            return chunk
+        payload["index"] += self.base
+        return sse.named_event("content_block_delta", payload)
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         payload = orjson.loads(event.data)
