@@ -96,6 +96,9 @@ def measure(driver: Driver, variant: str, load: Load, tmp: Path) -> Result:
         "peak": after["hwm_kb"] * KB,
         "lag p50": after["lag_p50"],
         "lag p99": after["lag_p99"],
+        "gc": after["gc"] - before["gc"],
+        "full gc": after["full gc"] - before["full gc"],
+        "full collections": after["full collections"] - before["full collections"],
     }
 
 
@@ -108,9 +111,10 @@ def rounds(driver: Driver, load: Load, count: int, tmp: Path) -> dict[str, list[
     return results
 
 
-def per_event(result: Result) -> float:
-    """The worker's CPU per SSE event its clients received, in µs."""
-    return float(1e6 * result["server cpu"] / max(result["events"], 1))
+def per_event(result: Result, collector: bool = True) -> float:
+    """The worker's CPU per SSE event its clients received, in µs; without `collector`, less the garbage collector's."""
+    cpu = result["server cpu"] - (0 if collector else result["gc"])
+    return float(1e6 * cpu / max(result["events"], 1))
 
 
 def spread(values: list[float], unit: str) -> str:
@@ -130,6 +134,16 @@ def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
         detail = (
             f"worker CPU per event: {variant} {spread([per_event(r) for r in results[variant]], 'µs')}, "
             f"bare {spread([per_event(r) for r in bare], 'µs')}; added {spread(added, 'µs')}"
+        )
+        without = [
+            per_event(w, collector=False) - per_event(b, collector=False)
+            for w, b in zip(results[variant], bare, strict=True)
+        ]
+        detail += (
+            f"; the garbage collector's CPU {spread([r['gc'] for r in results[variant]], 's')} "
+            f"({spread([r['full gc'] for r in results[variant]], 's')} in "
+            f"{median([r['full collections'] for r in results[variant]]):.0f} full collections), bare "
+            f"{spread([r['gc'] for r in bare], 's')}; added per event without the collector {spread(without, 'µs')}"
         )
         if variant == "tool round":
             per_stream = [

@@ -15,7 +15,9 @@ The probe is this benchmark's, not the library's: it runs outside the middleware
 from __future__ import annotations
 
 import asyncio
+import gc
 import resource
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -91,11 +93,23 @@ async def lookup(page: int) -> str:
 
 
 class Probe:
-    """Wakes every `PROBE_EVERY` seconds and notes how late it woke: the event loop's lag, as every stream feels it."""
+    """Wakes every `PROBE_EVERY` seconds and notes how late it woke: the event loop's lag, as every stream feels it.
+    It also times the garbage collector's runs (`gc.callbacks`): the CPU they take, by generation."""
 
     def __init__(self) -> None:
         self.lags: list[float] = []
         self.task: asyncio.Task[None] | None = None
+        self.collecting = 0.0  # the process's CPU time when the collection under way began
+        self.collector = [0.0, 0.0, 0.0]  # CPU seconds in collections of each generation
+        self.collections = [0, 0, 0]
+        gc.callbacks.append(self.collected)
+
+    def collected(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.collecting = time.process_time()
+            return
+        self.collector[info["generation"]] += time.process_time() - self.collecting
+        self.collections[info["generation"]] += 1
 
     def start(self) -> None:
         self.task = asyncio.ensure_future(self.run())
@@ -124,10 +138,14 @@ class Probe:
             "hwm_kb": int(status["VmHWM"].split()[0]),
             "cpu": usage.ru_utime + usage.ru_stime,
             "user": usage.ru_utime,
+            "gc": sum(self.collector),
+            "full gc": self.collector[2],
+            "full collections": self.collections[2],
         }
 
     def reset(self) -> None:
         self.lags = []
+        self.collector, self.collections = [0.0, 0.0, 0.0], [0, 0, 0]
         Path("/proc/self/clear_refs").write_text("5")  # the peak of resident memory starts again from now
 
 
