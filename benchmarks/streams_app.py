@@ -9,13 +9,16 @@ the history yet, a round that calls the `lookup` server tool; then `tokens` text
 The events are serialized once, at import or at the first request of each size. `GET /probe` answers the probe's
 figures (event-loop lag p50/p99/max in ms, resident memory and its peak in KB, this process's CPU seconds);
 `POST /probe` resets them (the lag samples, and the peak of resident memory, Linux's `clear_refs`) and answers them.
-The probe is this benchmark's, not the library's: it runs outside the middleware.
+The probe is this benchmark's, not the library's: it runs outside the middleware. With `BENCH_GC_THRESHOLD` set
+(`10000,10,10`), the worker sets the garbage collector's thresholds to it at start-up, as an operator may
+(docs/performance.md, case 12).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import resource
 import time
 from functools import cache
@@ -160,6 +163,8 @@ class Probed:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             raise_fd_limit()
+            if os.environ.get("BENCH_GC_THRESHOLD"):
+                gc.set_threshold(*(int(value) for value in os.environ["BENCH_GC_THRESHOLD"].split(",")))
             self.probe.start()
         elif scope["type"] == "http" and scope["path"] == "/probe":
             if scope["method"] == "POST":
