@@ -283,6 +283,8 @@ class AgenticLoop(AskingHooks, Replies):
                 self.body = step.body
                 self.round.outcome = "closing"
             answer = None  # the judged round's answer is not held while the next round streams
+            if self.observer.wants(self.round):  # the judged round is reported before the next begins
+                await self.observer.round_done(self.round)
             answer = await self.rerun(step)
             if answer is None:
                 self.stop_reason = "app_answer"
@@ -295,10 +297,9 @@ class AgenticLoop(AskingHooks, Replies):
             self.stop_reason = "app_answer"
         return answer
 
-    async def rerun(self, step: Rerun | Closing | Denied) -> Answer | None:
-        """The next round: one call of the app with the current body, the same for every rerun and the closing call."""
-        if self.observer.wants(self.round):
-            await self.observer.round_done(self.round)
+    def rerun(self, step: Rerun | Closing | Denied) -> Coroutine[Any, Any, Answer | None]:
+        """The next round: one call of the app with the current body, the same for every rerun and the closing call
+        (the call itself is returned, so that no frame of this method's waits while the round streams)."""
         self.depth += 1
         self.retried += self.round.retries
         self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
@@ -308,7 +309,7 @@ class AgenticLoop(AskingHooks, Replies):
         except TypeError as error:
             method = step.method if isinstance(step, Rerun) else "closing call"
             raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None
-        return await self.call_app(raw)
+        return self.call_app(raw)
 
     def request_limit(self) -> int:
         """The limit for this request: `request.state.max_agentic_loops` when trusted code set it."""
