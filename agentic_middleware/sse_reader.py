@@ -24,8 +24,9 @@ _BOM = b"\xef\xbb\xbf"
 class ServerSentEvent:
     """One dispatched event: its type (`""` when it had no `event` field) and its data, as bytes.
 
-    `raw` is the event's own bytes when the stream wrote it in the one form `encode` writes (an `event` line, one
-    `data` line, LF endings): a relay that passes the event on unchanged sends them as they came, with no copy.
+    `raw` is the event's own bytes when the stream wrote it in the one form `encode` writes (an `event` line in
+    UTF-8, one `data` line, LF endings), so exactly what `encode` would write: a relay that passes the event on
+    unchanged sends them as they came, with no copy.
     """
 
     event: str
@@ -51,7 +52,10 @@ def _simple(block: bytes, raw: bytes) -> ServerSentEvent | None:
         return None  # more lines, no data line second, or an empty type (which `encode` would not write)
     name = _NAMES.get(head)
     if name is None:
-        name = head[7:].decode(errors="replace")
+        try:
+            name = head[7:].decode()
+        except UnicodeDecodeError:
+            return None  # the line-by-line rules decode it as the standard does (U+FFFD), and `encode` writes that
         if len(_NAMES) < 256:
             _NAMES[head] = name
     return ServerSentEvent(name, data, raw)

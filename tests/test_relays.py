@@ -333,3 +333,22 @@ async def test_a_later_rounds_delta_that_names_its_block_twice_reaches_the_clien
         ("text", "The answer"),
     ]
     assert len(model.requests) == 2
+
+
+@pytest.mark.parametrize("chunks", ["own", "shared"])
+async def test_an_event_whose_type_is_not_utf8_reaches_the_client_decoded_as_the_standard_decodes_it(
+    chunks: str,
+) -> None:
+    """An event of a type the relay does not know goes on as it came, but its type decoded as the HTML standard
+    decodes the stream (U+FFFD for what is not UTF-8): the SDKs decode strictly, so the app's bytes would make them
+    raise a UnicodeDecodeError, where they skip an event of a type they do not know."""
+    events = list(sse.messages_events(message("hello")))
+    odd = b"event: x\xffy\ndata: {}\n\n"
+    if chunks == "own":
+        events.insert(2, odd)
+    else:
+        events[2] = events[2] + odd
+    client = anthropic_client(AgenticLoopMiddleware(sse_app(events), hooks=[ServerTools([lookup])]))
+    async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
+        final = await stream.get_final_message()
+    assert [block.text for block in final.content if block.type == "text"] == ["hello"]
