@@ -291,6 +291,8 @@ BROKEN_DELTAS = [
     b'"text":"x"},"type":"content_block_start"}\n\n',  # another event under the delta's name: JSON's last key wins
     b'event: content_block_delta\ndata: {"type":"content_block_delta","index":7,"delta":{"type":"text_delta",'
     b'"text":"x"}}\n\n',  # a block never started
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
+    b'"text":5}}\n\n',  # text that is not a string, which the SDKs' accumulators cannot add (a TypeError there)
 ]
 
 

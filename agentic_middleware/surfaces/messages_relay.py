@@ -148,6 +148,8 @@ class MessagesRelay(StreamRelay):
                 _merge(block, {key: value for key, value in delta.items() if key != "type"})
 
     def piece(self, index: int, name: str, text: str) -> None:
+        if type(text) is not str:  # before the delta goes out: the SDKs add it to a string, and would fail on it
+            raise TypeError(f"a delta's {name} is {type(text).__name__}, not a string")
         pieces = self.pieces.get((index, name))
         if pieces is None:
             pieces = self.pieces[index, name] = Pieces()
