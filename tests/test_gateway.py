@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import socket
 import subprocess
@@ -418,3 +419,23 @@ def test_serving_the_gateway_imports_neither_fastapi_nor_a_websocket_library() -
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def worker_thresholds(**variables: str) -> list[int]:
+    """The collector's thresholds in a fresh process once it built the gateway as each uvicorn worker does."""
+    code = "import gc, json; from agentic_middleware.gateway.environment import app_from_env; app_from_env(); "
+    code += "print(json.dumps(gc.get_threshold()))"
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("AGENTIC_")}
+    done = subprocess.run([sys.executable, "-c", code], env={**environ, **variables}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    thresholds: list[int] = json.loads(done.stdout)
+    return thresholds
+
+
+def test_each_worker_sets_the_collectors_first_threshold_as_the_flag_or_variable_says() -> None:
+    python = worker_thresholds(AGENTIC_GC_THRESHOLD="0")
+    assert python[0] == 700  # 0: Python's own
+    assert worker_thresholds() == [10_000, *python[1:]]  # the default (docs/performance.md, case 12)
+    assert worker_thresholds(AGENTIC_GC_THRESHOLD="2500") == [2500, *python[1:]]
+    with pytest.raises(SystemExit):  # a bad flag is argparse's error, before anything starts
+        main(["--gc-threshold", "-1"])

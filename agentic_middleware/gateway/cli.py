@@ -106,6 +106,16 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     add(
+        "--gc-threshold",
+        type=_number(0),
+        default=variables.get(env.GC_THRESHOLD, str(env.DEFAULT_GC_THRESHOLD)),
+        help=(
+            "allocations between two young-generation collections of the garbage collector: with thousands of held "
+            "streams, Python's 700 has full collections walk them all again and again "
+            f"(default %(default)s; 0: Python's own) [{env.GC_THRESHOLD}]"
+        ),
+    )
+    add(
         "--demo",
         action="store_true",
         help="run one request per route with the official SDKs against the demo model, print them, exit",
@@ -141,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (env.ANTHROPIC_UPSTREAM, args.anthropic_upstream),
         (env.OPENAI_UPSTREAM, args.openai_upstream),
         (env.CONFIG, args.config),
+        (env.GC_THRESHOLD, str(args.gc_threshold)),
     ):
         if value:
             os.environ[name] = value
