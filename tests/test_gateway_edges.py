@@ -144,6 +144,27 @@ def test_a_bad_upstream_is_named_by_its_flag_and_its_variable(
     assert error.startswith(f"agentic-gateway: error: {message}") and error.count("\n") == 1, error
 
 
+@pytest.mark.parametrize("value", ["2147483648", "99999999999999999999"])
+@pytest.mark.parametrize("given_by", ["flag", "variable"])
+def test_a_gc_threshold_past_what_the_collector_takes_is_refused_before_any_worker_starts(
+    value: str, given_by: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gc.set_threshold` takes a C int: a larger value passed the parser, and every worker (re)started by uvicorn's
+    supervisor died with an OverflowError traceback, again and again."""
+    monkeypatch.setattr(cli, "_serve", lambda args: pytest.fail("the gateway must not start"))
+    argv = ["--port", "0", "--workers", "2"]
+    if given_by == "flag":
+        argv += ["--gc-threshold", value]
+    else:
+        monkeypatch.setenv("AGENTIC_GC_THRESHOLD", value)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert f"argument --gc-threshold: must be at most 2147483647, got {value}" in error, error
+    assert "Traceback" not in error
+
+
 def test_a_port_in_use_is_one_line_of_ours_and_exit_status_3() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

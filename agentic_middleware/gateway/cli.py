@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     )
     add(
         "--gc-threshold",
-        type=_number(0),
+        type=_number(0, env.MAX_GC_THRESHOLD),
         default=variables.get(env.GC_THRESHOLD, str(env.DEFAULT_GC_THRESHOLD)),
         help=(
             "allocations between two young-generation collections of the garbage collector: with thousands of held "

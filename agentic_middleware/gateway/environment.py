@@ -50,6 +50,8 @@ GC_THRESHOLD = "AGENTIC_GC_THRESHOLD"
 DEFAULT_GC_THRESHOLD = 10_000
 """Measured in benchmarks case 12 (docs/performance.md): at 10,000 live streams on one worker, Python's 700 made 13
 full collections walk every stream's objects, 6.4 s of the worker's CPU and a 109 ms lag p99; 10,000 made one."""
+MAX_GC_THRESHOLD = 2**31 - 1
+"""The most `gc.set_threshold` takes (a C int): past it every worker would fail at its start, again and again."""
 FLAGS = {
     UPSTREAM: "--upstream",
     ANTHROPIC_UPSTREAM: "--anthropic-upstream",
