@@ -45,7 +45,7 @@ class ResponsesRelay(StreamRelay):
         self.emit = sse.ResponsesSequence()
         self.started = False  # the client has a `response.created`
         self.response_id: Any = None  # the id the client's lifecycle carries
-        self.created: dict[str, Any] = {}  # the response as the client's `response.created` announced it
+        self.created: dict[str, Any] = {}  # what a keep-alive repeats of the client's `response.created`
         self.round_ids: list[str] = []  # every round's response id, as its lifecycle events name it (shown.py)
         self.earlier: list[Any] = []  # the items earlier rounds sent, whole
         self.base = 0  # the client's output_index of this round's first item
@@ -111,7 +111,10 @@ class ResponsesRelay(StreamRelay):
                 self.started = True
                 self.response_id = (payload.get("response") or {}).get("id")
                 created = payload.get("response")
-                self.created = created if isinstance(created, dict) else {}
+                # Only what a keep-alive repeats: the whole object echoes the request (a coding agent's prompt and
+                # tools, tens of KB), which a stream held for minutes would keep for nothing.
+                created = created if isinstance(created, dict) else {}
+                self.created = {key: created[key] for key in _KEEPALIVE_FIELDS if key in created}
             return (self.emit.renumbered(payload),)
         elif kind == "response.failed" or kind == "error":
             raise AppStreamError(_error_body(kind, payload))
