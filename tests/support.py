@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import httpx
+from starlette.types import Message, Receive
 
 from agentic_middleware import AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from agentic_middleware.testing import chat_completion, message, tool_call, tool_use
@@ -129,3 +131,27 @@ class ToolHook(CustomLogger):
 
 async def post(client: httpx.AsyncClient, route: Route, body: Any, **options: Any) -> httpx.Response:
     return await client.post(route.path, json=body, **options)
+
+
+async def read_body(receive: Receive) -> bytes:
+    """A plain ASGI app's whole request body, however many messages it comes in."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
+def client_receive(raw: bytes, left: asyncio.Event | None = None) -> Receive:
+    """A client's `receive` for a request of `raw`: the body in one message, then a disconnect once `left` is set
+    (never, without it: a server that does not say the client left)."""
+    incoming: list[Message] = [{"type": "http.request", "body": raw, "more_body": False}]
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop()
+        await (left or asyncio.Event()).wait()
+        return {"type": "http.disconnect"}
+
+    return receive

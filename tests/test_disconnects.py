@@ -15,7 +15,7 @@ import pytest
 from conftest import http_scope
 from servers import SERVERS, serving
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from support import Route, ToolHook
+from support import Route, ToolHook, client_receive, read_body
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
 from agentic_middleware.testing import ScriptedModel, chat_completion, message
@@ -166,25 +166,15 @@ async def test_an_app_whose_wait_for_the_disconnect_timed_out_still_hears_it(rou
     gave up on (a timeout) must not spoil the next one, which hears the client leave."""
     left = asyncio.Event()
     raw = orjson.dumps(route.request())
-    incoming = [{"type": "http.request", "body": raw, "more_body": False}]
+    receive = client_receive(raw, left)
     listening = asyncio.Event()
     heard: list[asyncio.Task[Message]] = []
-
-    async def receive() -> Message:
-        if incoming:
-            return incoming.pop()
-        await left.wait()
-        return {"type": "http.disconnect"}
 
     async def send(message: Message) -> None:
         raise AssertionError(f"nothing is written to a client that left: {message}")
 
     async def model(scope: Scope, receive: Receive, send: Send) -> None:
-        request, more = b"", True
-        while more:
-            message = await receive()
-            request += message.get("body", b"")
-            more = message.get("more_body", False)
+        request = await read_body(receive)
         if len(orjson.loads(request)["messages"]) == 1:
             answer = orjson.dumps(route.calls(("lookup", {})))
             await send(

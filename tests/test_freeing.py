@@ -17,6 +17,7 @@ import orjson
 import pytest
 from conftest import http_scope
 from starlette.types import Message, Receive, Scope, Send
+from support import client_receive, read_body
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
 from agentic_middleware.native import Source, search_result
@@ -61,11 +62,7 @@ def model_app(route: str, tool: str) -> Any:
     """A model app of plain ASGI calls (so that any cycle found is the middleware's): JSON, or a stream when asked."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        raw, more = b"", True
-        while more:
-            message_ = await receive()
-            raw += message_.get("body", b"")
-            more = message_.get("more_body", False)
+        raw = await read_body(receive)
         request = orjson.loads(raw)
         history = request["input"] if route == "responses" else request["messages"]
         body = answer(route, isinstance(history, str) or len(history) == 1, tool)
@@ -93,19 +90,12 @@ async def call(app: Any, route: str, stream: bool, native: bool) -> bytes:
     if native:
         body["tools"] = [{"type": "web_search_20250305", "name": "web_search"}]
     raw = orjson.dumps(body)
-    incoming: list[Message] = [{"type": "http.request", "body": raw, "more_body": False}]
     sent: list[bytes] = []
-
-    async def receive() -> Message:
-        if incoming:
-            return incoming.pop()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
 
     async def send(message_: Message) -> None:
         sent.append(message_.get("body", b""))
 
-    await app(http_scope(PATHS[route], raw), receive, send)
+    await app(http_scope(PATHS[route], raw), client_receive(raw), send)
     return b"".join(sent)
 
 
@@ -157,11 +147,7 @@ async def test_while_a_rerun_streams_the_judged_round_and_the_request_bytes_are_
     go_on = asyncio.Event()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        raw, more = b"", True
-        while more:
-            message_ = await receive()
-            raw += message_.get("body", b"")
-            more = message_.get("more_body", False)
+        raw = await read_body(receive)
         history = orjson.loads(raw)["input" if route == "responses" else "messages"]
         rerun = not isinstance(history, str) and len(history) > 1
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", SSE)]})
@@ -177,19 +163,12 @@ async def test_while_a_rerun_streams_the_judged_round_and_the_request_bytes_are_
     body: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": 64}
     body["input" if route == "responses" else "messages"] = [{"role": "user", "content": "go " + "x" * 1000}]
     raw = orjson.dumps(body)
-    incoming: list[Message] = [{"type": "http.request", "body": raw, "more_body": False}]
-
-    async def receive() -> Message:
-        if incoming:
-            return incoming.pop()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
 
     async def send(message_: Message) -> None:
         pass
 
     middleware = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])])
-    request = asyncio.ensure_future(middleware(http_scope(PATHS[route], raw), receive, send))
+    request = asyncio.ensure_future(middleware(http_scope(PATHS[route], raw), client_receive(raw), send))
     try:
         await asyncio.wait_for(streaming.wait(), 5)
         gc.collect()
