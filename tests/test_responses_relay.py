@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import openai
 import orjson
 import pytest
 from conftest import openai_client
@@ -241,3 +242,27 @@ def test_a_round_whose_stream_ends_early_has_no_body() -> None:
     assert relay is not None
     relay_round(relay, stream[: len(stream) // 2], [])
     assert relay.body() is None
+
+
+@pytest.mark.parametrize("created", ["oops", [1], None, 5])
+async def test_a_response_created_whose_response_is_not_an_object_fails_the_round_as_an_api_error(created: Any) -> None:
+    """The app's `response.created` must carry the response object: one that does not (a string, a list, null) is a
+    stream the middleware cannot read, so the client gets the route's own failed stream, which the openai SDK raises
+    as an `APIError`; not a `response.failed` with no `response.created` before it (the SDK's RuntimeError), nor the
+    app's `"response": null` passed on (the SDK's AttributeError)."""
+    from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
+
+    @server_tool
+    def lookup(key: str) -> str:
+        return key
+
+    events = list(sse.responses_events(response("Hi.")))
+    start = orjson.loads(events[0].split(b"data: ", 1)[1])
+    start["response"] = created
+    events[0] = b"event: response.created\ndata: " + orjson.dumps(start) + b"\n\n"
+    app = AgenticLoopMiddleware(sse_app(events), hooks=[ServerTools([lookup])])
+    with pytest.raises(openai.APIError) as raised:
+        async with openai_client(app).responses.stream(model="m", input="hi") as stream:
+            async for _ in stream:
+                pass
+    assert "response.created" in str(raised.value)

@@ -108,12 +108,15 @@ class ResponsesRelay(StreamRelay):
                 return _NOTHING  # the client's lifecycle began once, in the first round
             self.opened.add(kind)
             if kind == "response.created":
-                self.started = True
-                self.response_id = (payload.get("response") or {}).get("id")
                 created = payload.get("response")
+                if not isinstance(created, dict):
+                    # Checked before the lifecycle counts as begun: the client gets the route's own failed stream,
+                    # not a `response.failed` with no `response.created` before it (the openai SDK's RuntimeError).
+                    raise TypeError(f"a response.created's response is {type(created).__name__}, not an object")
+                self.started = True
+                self.response_id = created.get("id")
                 # Only what a keep-alive repeats: the whole object echoes the request (a coding agent's prompt and
                 # tools, tens of KB), which a stream held for minutes would keep for nothing.
-                created = created if isinstance(created, dict) else {}
                 self.created = {key: created[key] for key in _KEEPALIVE_FIELDS if key in created}
             return (self.emit.renumbered(payload),)
         elif kind == "response.failed" or kind == "error":
