@@ -31,6 +31,7 @@ from typing import Any
 from .cases import Case, Config, Row
 from .e2e import HOST, Driver, Server, free_port
 from .harness import median
+from .streams_app import gc_thresholds
 
 KB = 1024
 APPS = {"bare": "bare", "pass-through": "wrapped", "tool round": "wrapped"}
@@ -182,6 +183,7 @@ def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
 
 
 async def many_streams(config: Config) -> list[Row]:
+    gc_thresholds()  # a value the workers cannot take stops the case here, not silently in each worker
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as name, ExitStack() as stack:
         tmp = Path(name)

@@ -152,6 +152,23 @@ class Probe:
         Path("/proc/self/clear_refs").write_text("5")  # the peak of resident memory starts again from now
 
 
+def gc_thresholds() -> tuple[int, ...] | None:
+    """`BENCH_GC_THRESHOLD` (`10000,10,10`) as `gc.set_threshold` takes it, or None when unset. A value it cannot
+    take raises here, and the benchmark checks it before any worker starts: in the worker's lifespan, uvicorn's
+    `--lifespan auto` would take the error for an app without lifespan and serve on without the probe (lag 0.0)."""
+    text = os.environ.get("BENCH_GC_THRESHOLD", "").strip()
+    if not text:
+        return None
+    try:
+        values = tuple(int(value) for value in text.split(","))
+    except ValueError:
+        values = ()
+    if not 1 <= len(values) <= 3 or not all(0 <= value <= 2**31 - 1 for value in values):
+        limits = "one to three whole numbers from 0 to 2147483647, e.g. 10000,10,10"
+        raise ValueError(f"BENCH_GC_THRESHOLD={text!r}: {limits}")
+    return values
+
+
 class Probed:
     """The worker's app: `/probe` answered here, everything else by the app inside; the probe starts with the
     lifespan, and the file descriptor limit is raised then too."""
@@ -163,8 +180,9 @@ class Probed:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             raise_fd_limit()
-            if os.environ.get("BENCH_GC_THRESHOLD"):
-                gc.set_threshold(*(int(value) for value in os.environ["BENCH_GC_THRESHOLD"].split(",")))
+            thresholds = gc_thresholds()
+            if thresholds:
+                gc.set_threshold(*thresholds)
             self.probe.start()
         elif scope["type"] == "http" and scope["path"] == "/probe":
             if scope["method"] == "POST":

@@ -27,3 +27,13 @@ def test_quick_mode_measures_every_case_and_draws_the_chart(tmp_path: Path) -> N
     assert "| 11. native domain filters" in results
     assert "live streams x 5 deltas" in results and "streams completed without error | 1.000x" in results
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("value", ["abc", "10000,10,10,10", "-1", "2147483648"])
+def test_a_gc_threshold_the_workers_cannot_take_stops_case_12_before_it_runs(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taken in each worker's lifespan, such a value made uvicorn serve on without the probe: lag figures of 0.0."""
+    monkeypatch.setenv("BENCH_GC_THRESHOLD", value)
+    with pytest.raises(ValueError, match="BENCH_GC_THRESHOLD"):
+        main(["--quick", "--case", "12", "--out", str(tmp_path)])
