@@ -1,7 +1,8 @@
 """Live streaming: every round's events reach a streaming client as the model app makes them.
 
 The app is called with streaming on. Each round's answer is read as it arrives (`SSEReader`) and given
-to the route's `StreamRelay`, which says what goes to the client now and what is held until the round
+to the route's `StreamRelay` (`StreamRelay.read`: a chunk that is one event the relay can take from its bytes
+alone skips the reader), which says what goes to the client now and what is held until the round
 ends; the round's accumulated body is the `Answer` the hooks judge, exactly as in buffered mode, so the
 loop does not know the difference. The client's response begins only when the first round's answer is
 known to be a 2xx event stream: an error answer of the first call reaches the client as the app sent it.
@@ -102,17 +103,12 @@ class LiveStream:
         self.kept_alive = keep_alive(self)
 
     async def send(self, data: bytes) -> None:
-        """Send events to the client now (after the keep-alive being written, if one is). The relay's path for every
-        event, so `written` is spelled out here."""
+        """Send events to the client now (after the keep-alive being written, if one is)."""
         self.sending = True
         try:
             if self.pinging is not None:
                 await self.pinging
-            write = self.write
-            await write.forward({"type": "http.response.body", "body": data, "more_body": True})
-            if write.failed and write.client is not None:
-                write.client.left()
-            self.last_write = self.loop.time()
+            await self.written({"type": "http.response.body", "body": data, "more_body": True})
         finally:
             self.sending = False
 

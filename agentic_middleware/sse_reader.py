@@ -88,7 +88,7 @@ class SSEReader:
         """The events that `chunk` completes, in order."""
         if self.head == b"" and chunk[:1] not in (b"", _BOM[:1]):
             self.head = None  # the stream's first byte rules a byte order mark out
-        if self.head is None and not (self.pending or self.data or self.event or self.after_cr) and b"\r" not in chunk:
+        if self.between_events and b"\r" not in chunk:
             # Between two events, as a stream that writes whole events leaves the reader: the whole events at the
             # chunk's start are cut at their blank lines, and only the rest is read line by line.
             if chunk.endswith(b"\n\n") and chunk.count(b"\n") <= 3:  # one event, the chunk of most streams

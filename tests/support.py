@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 from starlette.types import Message, Receive
 
-from agentic_middleware import AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
+from agentic_middleware import AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger, server_tool
+from agentic_middleware.declare import ServerTool
 from agentic_middleware.testing import chat_completion, message, tool_call, tool_use
 
 
@@ -155,3 +156,17 @@ def client_receive(raw: bytes, left: asyncio.Event | None = None) -> Receive:
         return {"type": "http.disconnect"}
 
     return receive
+
+
+def gated_lookup() -> tuple[ServerTool, asyncio.Event, list[str]]:
+    """A `slow_lookup` server tool that runs until `release` is set, noting each key it is called with in `runs`."""
+    release = asyncio.Event()
+    runs: list[str] = []
+
+    @server_tool
+    async def slow_lookup(key: str) -> str:
+        runs.append(key)
+        await release.wait()
+        return f"value of {key}"
+
+    return slow_lookup, release, runs

@@ -13,8 +13,9 @@ import openai
 from openai.types.responses import Response
 from servers import serving
 from streams import event_stream
+from support import gated_lookup
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, sse
 from agentic_middleware.testing import ScriptedModel, function_call, response
 
 KEEPALIVES = 3  # repeated `response.in_progress` events the client must see while the tool runs
@@ -23,14 +24,7 @@ INSTRUCTIONS = "Be helpful. " * 1700  # ~20 KB, as a coding agent's system promp
 
 def gated_app() -> tuple[Any, asyncio.Event, list[str]]:
     """A loop whose tool runs until `release` is set; a first round that says something, then calls it."""
-    release = asyncio.Event()
-    runs: list[str] = []
-
-    @server_tool
-    async def slow_lookup(key: str) -> str:
-        runs.append(key)
-        await release.wait()
-        return f"value of {key}"
+    slow_lookup, release, runs = gated_lookup()
 
     first = response("Let me look.", function_call("slow_lookup", {"key": "k"}))
     # The request echoed, as the API's response.created does: a keep-alive must not repeat it every few seconds.

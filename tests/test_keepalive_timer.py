@@ -13,8 +13,9 @@ import uvloop
 from servers import serving
 from starlette.types import Message, Receive, Scope, Send
 from streams import event_stream
+from support import gated_lookup
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, sse
 from agentic_middleware.keepalive import Entry, KeepAlives, keep_alive
 from agentic_middleware.testing import ScriptedModel, function_call, response
 
@@ -136,14 +137,7 @@ async def test_a_keepalive_written_to_a_client_that_does_not_read_keeps_its_plac
     """A long first round fills the socket while the client reads nothing; the tool runs, so a numbered keep-alive
     comes due and its write waits on the client; the second round's events wait behind it. When the client reads,
     every event arrives once, numbered in order, and the stream ends."""
-    release = asyncio.Event()
-    runs: list[str] = []
-
-    @server_tool
-    async def slow_lookup(key: str) -> str:
-        runs.append(key)
-        await release.wait()
-        return f"value of {key}"
+    slow_lookup, release, runs = gated_lookup()
 
     text = "x" * 400_000
     first = response(text, function_call("slow_lookup", {"key": "k"}))
