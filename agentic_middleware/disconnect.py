@@ -36,7 +36,7 @@ class ClientWatch:
     def start(self) -> None:
         if self.watcher is None:
             self.task = asyncio.current_task()
-            self.watcher = asyncio.ensure_future(self.watch(self.task))
+            self.watcher = asyncio.get_running_loop().create_task(self.watch(self.task))
 
     def stop(self) -> None:
         if self.watcher is not None:

@@ -197,12 +197,20 @@ class LiveStream:
             self.done = True
 
     async def end(self, events: list[bytes]) -> None:
-        """The last events, one message each, then the stream's end; stopping at once if the client leaves."""
+        """The last events, one message each, then the stream's end; stopping at once if the client leaves.
+
+        Between two of them the event loop runs once, so that a disconnect the server noticed is heard while a
+        whole answer is written here (a JSON answer to a streaming call); not before the first (the loop just ran,
+        as the round ended) nor before the last (it ends the stream). Most live streams end with two events, the
+        last round's held tail, which so go out without a turn: each turn was a pause mid-stream, after which the
+        stream's state is read again from cold caches among the other streams' (benchmarks case 12)."""
         if self.kept_alive is not None:  # `close` may have started the response after stopping its keep-alives
             self.kept_alive.stop()
             self.kept_alive = None
-        for event in events:
-            await self.written({"type": "http.response.body", "body": event, "more_body": True}, wait_on_app=False)
+        last = len(events) - 1
+        for number, event in enumerate(events):
+            message: Message = {"type": "http.response.body", "body": event, "more_body": True}
+            await self.written(message, wait_on_app=number in (0, last))
             if self.write.closed:
                 break
         else:

@@ -69,9 +69,17 @@ def sum_usage(usages: Sequence[Any]) -> Any:
     dicts = [usage for usage in usages if isinstance(usage, Mapping)]
     if not dicts:
         return usages[-1] if usages else None
+    columns: dict[Any, list[Any]] = {}  # each key's values that are not None, in call order; keys as first seen
+    for usage in dicts:
+        for key in usage:
+            value = usage.get(key)
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = []
+            if value is not None:
+                column.append(value)
     total: dict[str, Any] = {}
-    for key in dict.fromkeys(key for usage in dicts for key in usage):
-        values = [value for usage in dicts if (value := usage.get(key)) is not None]
+    for key, values in columns.items():
         if values and all(map(_is_count, values)):
             total[key] = sum(values)
         elif values and all(isinstance(v, Mapping) for v in values):

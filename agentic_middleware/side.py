@@ -29,6 +29,7 @@ from starlette.types import Scope
 PROBE_TOKENS = 1
 CODEX_METADATA = "x-codex-turn-metadata"
 CODEX_SIDE_KINDS = frozenset({"compaction"})
+_CODEX_HEADER = CODEX_METADATA.encode()
 
 _NONE_CHOICES: Mapping[str, Any] = {"messages": {"type": "none"}, "chat_completions": "none", "responses": "none"}
 _TOKEN_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -70,8 +71,7 @@ def _get(value: Any, name: str) -> Any:
 
 def _codex_kind(body: Mapping[str, Any], scope: Scope | None) -> Any:
     """The `request_kind` of Codex's turn metadata: the header's, else the body's `client_metadata`'s."""
-    wanted = CODEX_METADATA.encode()
-    raw = next((value for name, value in (scope or {}).get("headers", ()) if name.lower() == wanted), None)
+    raw = next((value for name, value in (scope or {}).get("headers", ()) if name.lower() == _CODEX_HEADER), None)
     if raw is None:
         raw = _get(body.get("client_metadata"), CODEX_METADATA)
     if not isinstance(raw, bytes | str):

@@ -197,6 +197,26 @@ async def test_a_hanging_hook_times_out_with_a_500_and_its_tools_stop(route: Rou
     assert len(model.requests) == 1
 
 
+async def test_a_tool_that_swallows_its_cancellation_still_times_out_with_a_500(route: Route) -> None:
+    # A round's one call is awaited in the request's own task (no task of its own): a tool that catches the
+    # timeout's cancellation and returns must not make the round go on as if nothing was cancelled.
+    @server_tool
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "never"
+
+    model = ScriptedModel(route.calls(("stubborn", {})), route.text("never"))
+    hooks = [ServerTools([stubborn], timeout=60)]
+    async with http_client(AgenticLoopMiddleware(model, hooks=hooks, hook_timeout=0.1)) as client:
+        response = await post(client, route, route.request())
+    assert response.status_code == 500
+    assert "timed out after hook_timeout=0.1 s" in route.error(response.json())[1]
+    assert len(model.requests) == 1
+
+
 async def test_the_whole_loop_has_a_time_limit_and_cleanup_still_runs(route: Route) -> None:
     def slow_then_call(request: RecordedRequest) -> Any:
         async def reply() -> Any:
