@@ -115,6 +115,10 @@ class ClientWriter:
             self.started = True
         try:
             await self.send(message)
-        except Exception:  # the server's sign that the connection is closed, in whatever type it has
-            self.failed = True
-            logger.debug("writing to the client failed: the rest of the response is dropped", exc_info=True)
+        except Exception:
+            self.broke()
+
+    def broke(self) -> None:
+        """A write raised: the server's sign that the connection is closed, in whatever type it has."""
+        self.failed = True
+        logger.debug("writing to the client failed: the rest of the response is dropped", exc_info=True)

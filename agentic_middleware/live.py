@@ -23,7 +23,7 @@ from starlette.types import Message, Send
 
 from .asgi import Headers, json_start
 from .capture import ResponseCapture
-from .disconnect import ClientWriter
+from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Reply
 from .error_types import UNKNOWN_ERROR_STATUS
 from .keepalive import Entry, keep_alive
@@ -43,6 +43,10 @@ _FAILED_START: Message = {
     "status": UNKNOWN_ERROR_STATUS,
     "headers": [(b"content-type", b"application/json")],
 }
+
+
+def _body(chunk: bytes) -> Message:
+    return {"type": "http.response.body", "body": chunk, "more_body": True}
 
 
 class LiveStream:
@@ -74,7 +78,9 @@ class LiveStream:
         # A relay write and a keep-alive never overlap, so that a numbered keep-alive goes out in its place.
         self.sending = False
         self.pinging: asyncio.Task[None] | None = None
-        self.loop = asyncio.get_running_loop()
+        self.clock = asyncio.get_running_loop().time
+        assert write.client is not None, "a live stream's writer watches its client"
+        self.client: ClientWatch = write.client
 
     async def open(self) -> None:
         """Nothing is sent yet: the response starts with the first round's answer."""
@@ -132,9 +138,14 @@ class LiveStream:
             await self.write.forward(message)
         else:
             await self.write(message)
-        if self.write.failed and self.write.client is not None:
-            self.write.client.left()  # a write failed: stop the loop (and the app's stream) as a disconnect does
-        self.last_write = self.loop.time()
+        self.wrote()
+
+    def wrote(self) -> None:
+        """After a write: the time is noted for the keep-alives, and a failed write stops the loop (and the app's
+        stream) as a disconnect does."""
+        if self.write.failed:
+            self.client.left()
+        self.last_write = self.clock()
 
     def quiet_since(self) -> float | None:
         """For the keep-alive timer: when the client last heard from us; None while something is being written."""
@@ -261,6 +272,7 @@ class RoundCapture(ResponseCapture):
         self.reader: SSEReader | None = None
         self.failure: bytes | None = None
         self.failure_status = UNKNOWN_ERROR_STATUS  # an error event's: the status its type stands for
+        self.idle = False  # reading a stream, nothing failed, and its reader between two events: `send`'s lane is open
 
     async def as_event_stream(self) -> bool:
         """The answer's first bytes are an event stream's though its type did not say: read it as one, live."""
@@ -274,7 +286,34 @@ class RoundCapture(ResponseCapture):
         return False
 
     async def send(self, message: Message) -> None:
-        if self.reader is not None:  # the relay's path for every event: `read` spelled out
+        if self.idle and message["type"] == "http.response.body" and message.get("more_body", False):
+            # The lane most of a stream takes: one whole event, between two events, that the relay passes on without
+            # the reader (`StreamRelay.pass_on`), written to the client from here. Each coroutine an event goes
+            # through costs about what reading it does (benchmarks case 12), so this is the only one.
+            chunk = message.get("body", b"")
+            live = self.live
+            write = live.write
+            size = self.size + len(chunk)
+            if live.pinging is None and not write.failed and not live.client.gone and size <= self.limit:
+                try:
+                    out = live.relay.pass_on(chunk)
+                except Exception as error:
+                    self.unreadable(error)
+                    return
+                if out is not None:
+                    self.size = size
+                    self.heard = True
+                    live.sending = True
+                    try:  # as `ClientWriter.forward` writes, and `LiveStream.wrote` after it
+                        await write.send(message if out is chunk else _body(out))
+                    except Exception:
+                        write.broke()
+                        live.client.left()
+                    finally:
+                        live.sending = False
+                    live.last_write = live.clock()
+                    return
+        if self.reader is not None:  # every other chunk of the stream: read by the reader, then the relay
             if message["type"] == "http.response.body":
                 chunk = message.get("body", b"")
                 if chunk and self.failure is None:
@@ -282,7 +321,9 @@ class RoundCapture(ResponseCapture):
                     if out:  # what the relay held or dropped (a rerun's own message_start) never reached the client
                         self.heard = True
                         await self.live.send(out)
+                    self.idle = self.failure is None and self.reader.between_events
                 if not message.get("more_body", False):
+                    self.idle = False
                     self.ended()
             return
         if message["type"] == "http.response.start" and not self.forwarded and is_event_stream(message):
@@ -322,9 +363,15 @@ class RoundCapture(ResponseCapture):
         try:
             assert self.reader is not None
             self.live.relay.read(self.reader, chunk, out)
-        except AppStreamError as error:
-            self.failure, self.failure_status = error.body, error.status
         except Exception as error:
-            message = f"the model app's stream could not be read: {type(error).__name__}: {error}"
-            self.failure = self.live.surface.error_body(502, message, "model_app_error")
+            self.unreadable(error)
         return out[0] if len(out) == 1 else b"".join(out)  # what came before a failure went out
+
+    def unreadable(self, error: Exception) -> None:
+        """Note the failure a chunk's reading raised: the app's error event, or a stream that cannot be read."""
+        self.idle = False
+        if isinstance(error, AppStreamError):
+            self.failure, self.failure_status = error.body, error.status
+            return
+        message = f"the model app's stream could not be read: {type(error).__name__}: {error}"
+        self.failure = self.live.surface.error_body(502, message, "model_app_error")

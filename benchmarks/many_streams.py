@@ -1,14 +1,16 @@
 """Case 12: many slow live streams held open at once on one uvicorn worker, through the middleware and bare.
 
 A scripted model app streams Anthropic Messages slowly (`streams_app.py`); the load generator (`streams_loadgen.py`,
-a process of its own) holds N streams open at once and counts what each client receives. Three variants, each in a
+a process of its own) holds N streams open at once and counts what each client receives. Four variants, each in a
 fresh worker process per measurement, interleaved round by round, the order flipped every round:
 
 - bare: the model app alone streams the text;
 - pass-through: the middleware with a `ServerTools` hook in front, the request on its looped route, the model
   answering text at once: every event goes through the live relay and the answer is judged at its end;
 - tool round: the same, but the model calls the `lookup` server tool first; the middleware runs it and reruns,
-  and the second round streams the text.
+  and the second round streams the text;
+- floor, a reference: `streams_app.ReadingFloor`, the least any middleware that reads the stream does (each delta
+  parsed and its text kept, every message forwarded through one coroutine), in front of the same app.
 
 Per variant: the worker's CPU (its own rusage) per SSE event the clients received, its resident memory's peak above
 what it held just before the streams began (Linux's `clear_refs` resets the peak), the event loop's lag (a probe
@@ -34,8 +36,8 @@ from .harness import median
 from .streams_app import gc_thresholds
 
 KB = 1024
-APPS = {"bare": "bare", "pass-through": "wrapped", "tool round": "wrapped"}
-ROUNDS = {"bare": 0, "pass-through": 0, "tool round": 1}
+APPS = {"bare": "bare", "pass-through": "wrapped", "tool round": "wrapped", "floor": "floor"}
+ROUNDS = {"bare": 0, "pass-through": 0, "tool round": 1, "floor": 0}
 
 
 @dataclass(frozen=True)
@@ -152,13 +154,17 @@ def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
                 for t, p in zip(results[variant], results["pass-through"], strict=True)
             ]
             detail += f"; the tool round costs {spread(per_stream, 'µs')} a stream over pass-through"
+        if variant == "pass-through":
+            floor = [per_event(f) - per_event(b) for f, b in zip(results["floor"], bare, strict=True)]
+            detail += f"; a minimal reading relay (the floor variant) adds {spread(floor, 'µs')}"
         measure = f"added worker CPU per event, {variant}"
         rows.append(Row(12, name, measure, median(added), 2.0, detail, unit="µs"))
     memory = {variant: [r["memory"] / load.streams / KB for r in results[variant]] for variant in results}
     added_memory = [t - b for t, b in zip(memory["tool round"], memory["bare"], strict=True)]
     detail = (
         f"peak RSS above the worker's before, per stream: tool round {spread(memory['tool round'], 'KB')}, "
-        f"pass-through {spread(memory['pass-through'], 'KB')}, bare {spread(memory['bare'], 'KB')}; peak RSS "
+        f"pass-through {spread(memory['pass-through'], 'KB')}, floor {spread(memory['floor'], 'KB')}, "
+        f"bare {spread(memory['bare'], 'KB')}; peak RSS "
         + ", ".join(f"{v} {median([r['peak'] / KB / KB for r in results[v]]):.0f} MB" for v in results)
     )
     rows.append(Row(12, name, "added memory per stream, tool round", median(added_memory), 16, detail, unit="KB"))

@@ -3,6 +3,7 @@ middleware, wrapped in a probe that measures the worker's event loop. One uvicor
 
     python -m uvicorn benchmarks.streams_app:bare --backlog 16384
     python -m uvicorn benchmarks.streams_app:wrapped --backlog 16384
+    python -m uvicorn benchmarks.streams_app:floor --backlog 16384   (a reference: `ReadingFloor`)
 
 The first user message says what to stream: `tokens=20 delay=0.5 rounds=1`: with `rounds=1` and no tool result in
 the history yet, a round that calls the `lookup` server tool; then `tokens` text deltas, `delay` seconds apart.
@@ -196,5 +197,32 @@ class Probed:
         await self.app(scope, receive, send)
 
 
+class ReadingFloor:
+    """The least a middleware that reads a live stream does, for reference: one coroutine per message of the app,
+    each text delta's data parsed (orjson) and its text kept, the message forwarded as it came. It judges nothing,
+    renumbers nothing and checks no framing: what any reading relay costs at the least (docs/performance.md)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        text: list[str] = []
+
+        async def relay(message: Message) -> None:
+            chunk = message.get("body")
+            if chunk and chunk.startswith(_DELTA):
+                text.append(orjson.loads(chunk[_DELTA_DATA:-2])["delta"]["text"])
+            await send(message)
+
+        await self.app(scope, receive, relay)
+
+
+_DELTA = b"event: content_block_delta\ndata: "
+_DELTA_DATA = len(_DELTA)
+
 bare = Probed(slow_model)
 wrapped = Probed(AgenticLoopMiddleware(slow_model, hooks=[ServerTools([lookup])]))
+floor = Probed(ReadingFloor(slow_model))

@@ -17,8 +17,8 @@ from servers import SERVERS, serving
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from support import Route, ToolHook, client_receive, read_body
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
-from agentic_middleware.testing import ScriptedModel, chat_completion, message
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware.testing import ScriptedModel, chat_completion, message, tool_use
 
 ROUTES = [Route("messages"), Route("chat")]
 
@@ -196,3 +196,39 @@ async def test_an_app_whose_wait_for_the_disconnect_timed_out_still_hears_it(rou
     await asyncio.wait_for(task, 5)
 
     assert await asyncio.wait_for(heard[0], 5) == {"type": "http.disconnect"}
+
+
+@pytest.mark.parametrize("rounds", [1, 2], ids=["first round", "after a tool round"])
+async def test_a_live_text_delta_whose_write_raises_is_the_last_send_and_stops_the_app(rounds: int) -> None:
+    """A live stream's text deltas are written by the relay's lane (one whole delta at a time, as the API streams
+    them): a write that raises there ends the response as anywhere else, and the app's stream is stopped."""
+    answer = list(sse.messages_events(message("word " * 400), chunk_size=5))
+    call = list(sse.messages_events(message("Let me look.", tool_use("lookup", {}))))
+    made: list[int] = []
+
+    async def model(scope: Scope, receive: Receive, send: Send) -> None:
+        body = orjson.loads(await read_body(receive))
+        events = call if len(body["messages"]) < rounds else answer
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for event in events:
+            made.append(1)
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            await asyncio.sleep(0)
+        await send({"type": "http.response.body", "body": b""})
+
+    raw = orjson.dumps(
+        {"model": "m", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    calls: list[Message] = []
+
+    async def send(message: Message) -> None:
+        calls.append(message)
+        if len(calls) == 12:
+            raise ConnectionResetError("the client is gone")
+
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    await asyncio.wait_for(app(http_scope("/v1/messages", raw), client_receive(raw), send), 10)
+
+    assert len(calls) == 12  # the one that raised was the last
+    assert b'"text_delta"' in calls[-1]["body"]
+    assert len(made) < len(call) * (rounds - 1) + len(answer) // 2  # the app was stopped, not read to its end

@@ -20,7 +20,8 @@ _NOTHING: tuple[bytes, ...] = ()
 # The start of the one shape of event `MessagesRelay.pass_on` passes on as it came (the Anthropic API's own), and
 # where its data begins.
 _PASSED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-_PASSED_DATA = len(b"event: content_block_delta\ndata: ")
+_DELTA_HEAD = b"event: content_block_delta\ndata: "
+_PASSED_DATA = len(_DELTA_HEAD)
 
 
 class MessagesRelay(StreamRelay):
@@ -61,9 +62,9 @@ class MessagesRelay(StreamRelay):
         if (
             self.holding
             or not chunk.startswith(_PASSED)
-            or chunk.count(b"\n") != 3
             or not chunk.endswith(b"\n\n")
-            or b"\r" in chunk
+            or chunk.find(b"\n", _PASSED_DATA, -2) >= 0  # one data line: no line ends within it (`find` is cheapest)
+            or chunk.find(b"\r", _PASSED_DATA) >= 0
         ):
             return None
         payload = orjson.loads(chunk[_PASSED_DATA:-2])  # not JSON: the stream cannot be read, as in `feed`
@@ -73,7 +74,7 @@ class MessagesRelay(StreamRelay):
         if not self.base:
             return chunk
         payload["index"] += self.base
-        return sse.named_event("content_block_delta", payload)
+        return _DELTA_HEAD + orjson.dumps(payload) + b"\n\n"  # as `sse.named_event` writes it
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         payload = orjson.loads(event.data)
