@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .asgi import Headers, replay, with_length
 from .capture import ResponseCapture
 from .errors import ModelAppError, ModelAppTimeout
-from .payload import dumps, parse_object
+from .payload import dumps, own_size, parse_object
 from .sniff import warn_unjudged
 
 # Request headers each call sets for itself: the middleware reads every answer, so none is compressed.
@@ -54,8 +54,11 @@ class Answer:
         return data.get("usage") if data is not None else None
 
     def replaced(self, data: Any) -> Answer:
-        """This answer's status and headers around another body (serialized now, so errors show here)."""
-        return Answer(self.start, dumps(data), data, rewritten=True)
+        """This answer's status and headers around another body (serialized now, so errors show here), its bytes at
+        their own size: a stream's final reply is one, held while its closing events go out (each write lets the event
+        loop run), and orjson's output keeps the 4-8 KB buffer it was written into (`own_size`): thousands of streams
+        ending together held that much each (benchmarks case 12, docs/performance.md)."""
+        return Answer(self.start, own_size(dumps(data)), data, rewritten=True)
 
     def reply(self, extra_headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
         extra_headers = list(extra_headers)
