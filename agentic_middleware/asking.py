@@ -91,7 +91,7 @@ class AskingHooks(RequestEnds):
             if self.policy is not None and self.policy.judges_names:
                 denied = self.denied(hook, claim, answer, shown)
                 if denied is not None:
-                    self.seen.add(fingerprint)
+                    self.seen += (fingerprint,)
                     return denied
             method = hook.plan_method(self.surface.plan_methods)
             if method is None:
@@ -118,7 +118,7 @@ class AskingHooks(RequestEnds):
                 ending = Rerun(hook, method, raw_plan, AgenticLoopRequestPatch(), kwargs)
                 return await self.post_processed(ending, stripped)
             if plan.run_agentic_loop:
-                self.seen.add(fingerprint)
+                self.seen += (fingerprint,)
                 return Rerun(hook, method, raw_plan, check_patch(plan.request_patch, hook, method), kwargs)
         if shown.shown and self.executed:  # the post hooks get the final answer as the app sent it, too
             return Answer(answer.start, answer.raw, shown.next(False), answer.rewritten)

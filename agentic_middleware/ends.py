@@ -88,7 +88,9 @@ class RequestEnds:
     plan_stop_reason: str | None
     hooks_usage: Any
     # What the hooks did to it.
-    seen: set[tuple[tuple[str, bytes], ...]]
+    # The tool calls of each round that reran, for the repeated-call check: a tuple, not a set, as they are at most
+    # a few (one per rerun, within the loop limit) and an empty set alone is 216 bytes a stream.
+    seen: tuple[tuple[tuple[str, bytes], ...], ...]
     closed: bool
     patch_kwargs: dict[str, Any]
     executed: list[Rerun]

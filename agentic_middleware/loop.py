@@ -106,7 +106,7 @@ class AgenticLoop(AskingHooks, Replies):
         )
         self.limit = settings.max_agentic_loops
         self.depth = 0
-        self.seen = set()
+        self.seen = ()  # the rounds' fingerprints (see `RequestEnds.seen`)
         self.closed = False  # the closing call was made: no round after it reruns
         self.patch_kwargs = {}
         self.executed = []
