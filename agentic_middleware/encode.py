@@ -264,20 +264,30 @@ class BodyEncoder:
 
     Message objects already sent are reused as bytes while they are the same objects and unwritten; every other
     field is serialized each time, so it may be changed any way.
+
+    It lasts as long as its request, a live stream's too: slots, and the last body kept as its bytes and where its
+    messages begin, a view of them made only when they are reused (a view and its buffer are some 250 bytes).
     """
+
+    __slots__ = ("body", "field", "opening", "sent", "stamp", "start")
 
     def __init__(self, field: str = "messages") -> None:
         self.field = field  # the body field that holds the conversation
         self.opening = f',"{field}":['.encode()
         self.sent: list[Any] = []  # the message objects already written, as they stood then
-        self.items = memoryview(b"")  # their bytes, comma-separated, inside the last body written
+        self.body = b""  # the last body written, whose bytes from `start` to its last two are those messages
+        self.start = 0
         self.stamp = Stamp()
+
+    def items(self) -> memoryview:
+        """The bytes of the messages already sent, comma-separated, inside the last body written."""
+        return memoryview(self.body)[self.start : -2]
 
     def encode(self, body: dict[str, Any]) -> bytes:
         """The bytes of `body`, with its messages last; its messages become watched."""
         messages = body.get(self.field)
         if not isinstance(messages, list):
-            self.sent, self.items = [], memoryview(b"")
+            self.sent, self.body, self.start = [], b"", 0
             return dumps(body)
         head = dumps({key: value for key, value in body.items() if key != self.field})
         sent = self.sent
@@ -290,7 +300,7 @@ class BodyEncoder:
         )
         if reuse:
             tail = messages[len(sent) :]
-            parts = [self.items, b",", memoryview(dumps(tail))[1:-1]] if tail else [self.items]
+            parts = [self.items(), b",", memoryview(dumps(tail))[1:-1]] if tail else [self.items()]
         else:
             parts = [memoryview(dumps(messages))[1:-1]]  # one call: orjson writes the array, we drop its brackets
         opening = self.opening[1:] if head == b"{}" else self.opening
@@ -300,5 +310,5 @@ class BodyEncoder:
         unwatched = slice(len(sent) if reuse else 0, None)  # written in place: `list`'s own, not the watched list's
         stamp = self.stamp
         list.__setitem__(messages, unwatched, [_wrapped(item, stamp) for item in list.__getitem__(messages, unwatched)])
-        self.sent, self.items = list(messages), memoryview(raw)[start:-2]
+        self.sent, self.body, self.start = list(messages), raw, start
         return raw
