@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping
+from time import perf_counter
 from typing import Any, NamedTuple
 
 import orjson
@@ -13,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .asgi import Headers, replay, with_length
 from .capture import ResponseCapture
 from .errors import ModelAppError, ModelAppTimeout
+from .observe import RoundRecord
 from .payload import dumps, own_size, parse_object
 from .sniff import warn_unjudged
 
@@ -153,8 +155,9 @@ class Dispatcher:
             if timeout is not None:
                 timeout.reschedule(None)
 
-    async def __call__(self, body: bytes, forward_headers: Headers) -> Answer | None:
+    async def __call__(self, body: bytes, forward_headers: Headers, record: RoundRecord | None = None) -> Answer | None:
         """One call; None when its answer was not a readable JSON body and went to the client as the app sent it.
+        Its time in the app is added to its round's `record`.
 
         An answer kept though not readable (while streaming) has no `data`, which ends the loop.
         """
@@ -165,6 +168,7 @@ class Dispatcher:
         capture.kept = self.kept
         self.timer = None
         self.heard = False
+        started = perf_counter()
         try:
             if self.timeout is None:
                 await self.app(scope, replay(body, self.receive), capture.send)
@@ -183,6 +187,8 @@ class Dispatcher:
             raise failed from error
         finally:
             self.heard = capture.heard
+            if record is not None:
+                record.app_seconds += perf_counter() - started
         if capture.unjudged is not None:
             warn_unjudged(self.app, self.scope["path"], capture.unjudged)
         if capture.refused is not None:  # it may hold a call no hook could judge: it never reaches the client

@@ -14,7 +14,6 @@ import contextlib
 import itertools
 import os
 from collections.abc import Coroutine
-from time import perf_counter
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -256,7 +255,7 @@ class AgenticLoop(AskingHooks, Replies):
         elif self.guardrail_hooks:  # no loop, yet the guardrails judge the request
             raw = await self.prepared(raw, guardrails_only=True)
         await self.begin_stream()
-        answer = await self.call_app(raw)
+        answer = self.taken(await self.call_app(raw))
         del raw  # a long history's bytes are not held for the rest of the loop
         if answer is None:
             return None
@@ -285,7 +284,7 @@ class AgenticLoop(AskingHooks, Replies):
             answer = None  # the judged round's answer is not held while the next round streams
             if self.observer.wants(self.round):  # the judged round is reported before the next begins
                 await self.observer.round_done(self.round)
-            answer = await self.rerun(step)
+            answer = self.taken(await self.rerun(step))
             if answer is None:
                 self.stop_reason = "app_answer"
                 return None
@@ -322,11 +321,20 @@ class AgenticLoop(AskingHooks, Replies):
             raise LoopError(str(error)) from None
 
     def call_app(self, body: bytes) -> Coroutine[Any, Any, Answer | None]:
-        """One internal call of the model app, traced when tracing is on; untraced, no frame of its own waits while
-        the call lasts (a stream's whole round)."""
-        return self.dispatched(body) if self.observer.tracer is None else self.traced(body)
+        """One internal call of the model app, timed into the round (a rerun's retries and their waits included) and
+        traced when tracing is on; its answer goes to `taken`. The call itself is returned: untraced, no frame of this
+        loop's waits while it lasts (a stream's whole round), only the dispatcher's (and the retries' on a rerun)."""
+        if self.observer.log_bodies:
+            self.logging_obj.logger.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
+        call: Coroutine[Any, Any, Answer | None]
+        if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
+            headers, log = self.loop_headers("app_answer"), self.logging_obj.logger
+            call = retried(self.dispatch, body, headers, self.settings.rerun_retries, self.round, log)
+        else:  # the first call's errors reach the client as they are, for its own retries
+            call = self.dispatch(body, [], self.round)
+        return call if self.observer.tracer is None else self.traced(call)
 
-    async def traced(self, body: bytes) -> Answer | None:
+    async def traced(self, call: Coroutine[Any, Any, Answer | None]) -> Answer | None:
         model = self.body.get("model")
         with self.observer.span(
             f"chat {model}",
@@ -337,25 +345,12 @@ class AgenticLoop(AskingHooks, Replies):
                 "agentic_loop.depth": self.depth,
             },
         ) as span:
-            answer = await self.dispatched(body)
-            set_attributes(span, **self.surface.token_attributes(self.round.usage))
+            answer = await call
+            set_attributes(span, **self.surface.token_attributes(_usage(answer)))
             return answer
 
-    async def dispatched(self, body: bytes) -> Answer | None:
-        """One internal call of the model app, timed into the round; None when the client got its answer."""
-        started = perf_counter()
-        try:
-            if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
-                headers, retries, log = (
-                    self.loop_headers("app_answer"),
-                    self.settings.rerun_retries,
-                    self.logging_obj.logger,
-                )
-                answer = await retried(self.dispatch, body, headers, retries, self.round, log)
-            else:  # the first call's errors reach the client as they are, for its own retries
-                answer = await self.dispatch(body, [])
-        finally:
-            self.round.app_seconds += perf_counter() - started
+    def taken(self, answer: Answer | None) -> Answer | None:
+        """What the loop notes of one call's answer; None when the client got its answer as the app sent it."""
         if answer is None:
             if self.dispatch.oversize:
                 self.logging_obj.logger.warning(
@@ -364,16 +359,20 @@ class AgenticLoop(AskingHooks, Replies):
             return None
         if self.observer.log_bodies:
             log = self.logging_obj.logger
-            log.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
             log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
         if self.chains is not None:  # what the turn's record keeps (chains.py); no one else reads it
             self.app_answer = answer.data
         if isinstance(self.send, ShownIds) and answer.data is not None:  # the client never sees a round's own id
             self.send.round(answer.data.get("id"), getattr(self.events, "relay", None))
-        usage = answer.data.get("usage") if answer.data is not None else None
+        usage = _usage(answer)
         self.usages.append(usage)
         self.round.usage = usage
         return answer
+
+
+def _usage(answer: Answer | None) -> Any:
+    """A call's usage, as its answer gives it."""
+    return answer.data.get("usage") if answer is not None and answer.data is not None else None
 
 
 _NO_SPAN = contextlib.nullcontext()

@@ -87,7 +87,7 @@ async def dispatched(
     dispatch.kept = RETRY_STATUSES  # such an answer is kept, not forwarded, so that it can be retried
     while True:
         try:
-            answer = await dispatch(body, headers)
+            answer = await dispatch(body, headers, record)
         except ModelAppError as error:
             if not error.transient or dispatch.heard or record.retries >= retries:
                 raise
@@ -111,7 +111,11 @@ async def dispatched(
         log.warning(
             "agentic round %d: %s; retry %d of %d in %.2f s", record.depth, reason, record.retries, retries, delay
         )
-        await asyncio.sleep(delay)
+        waited = time.perf_counter()
+        try:
+            await asyncio.sleep(delay)
+        finally:  # the round's app time holds its retries' waits too
+            record.app_seconds += time.perf_counter() - waited
 
 
 def _within_deadline(dispatch: Dispatcher, delay: float | None) -> float | None:
