@@ -38,6 +38,8 @@ logger = logging.getLogger("agentic_middleware")
 
 # Headers of the app's stream that do not describe ours.
 _NOT_FORWARDED = frozenset((b"content-length", b"transfer-encoding", b"content-type", b"cache-control"))
+CLOSING_MESSAGE = 16 * 1024
+"""The closing events are written in messages of at least this many bytes (`LiveStream.end`)."""
 _FAILED_START: Message = {
     "type": "http.response.start",
     "status": UNKNOWN_ERROR_STATUS,
@@ -208,20 +210,19 @@ class LiveStream:
             self.done = True
 
     async def end(self, events: list[bytes]) -> None:
-        """The last events, one message each, then the stream's end; stopping at once if the client leaves.
+        """The last events, then the stream's end; stopping at once if the client leaves.
 
-        Between two of them the event loop runs once, so that a disconnect the server noticed is heard while a
-        whole answer is written here (a JSON answer to a streaming call); not before the first (the loop just ran,
-        as the round ended) nor before the last (it ends the stream). Most live streams end with two events, the
-        last round's held tail, which so go out without a turn: each turn was a pause mid-stream, after which the
+        The events go in messages of `CLOSING_MESSAGE` bytes or more (all of a live round's held tail in one: a
+        message each cost the server a write each), and between two messages the event loop runs once, so that a
+        disconnect the server noticed is heard while a whole answer is written here (a JSON answer to a streaming
+        call). Not before the first, as the loop just ran while the round ended: a turn was a pause after which the
         stream's state is read again from cold caches among the other streams' (benchmarks case 12)."""
         if self.kept_alive is not None:  # `close` may have started the response after stopping its keep-alives
             self.kept_alive.stop()
             self.kept_alive = None
-        last = len(events) - 1
-        for number, event in enumerate(events):
-            message: Message = {"type": "http.response.body", "body": event, "more_body": True}
-            await self.written(message, wait_on_app=number in (0, last))
+        for number, data in enumerate(_joined(events, CLOSING_MESSAGE)):
+            message: Message = {"type": "http.response.body", "body": data, "more_body": True}
+            await self.written(message, wait_on_app=not number)
             if self.write.closed:
                 break
         else:
@@ -256,6 +257,22 @@ class LiveStream:
                 return [self.error_event(502, message, "model_app_error")]
         message, code = error_of(body, reply.body, status)
         return [self.error_event(status if status >= 400 else 502, message, code)]
+
+
+def _joined(events: list[bytes], size: int) -> list[bytes]:
+    """The events in order, joined into pieces of `size` bytes or more (the last may hold less)."""
+    pieces: list[bytes] = []
+    pending: list[bytes] = []
+    held = 0
+    for event in events:
+        pending.append(event)
+        held += len(event)
+        if held >= size:
+            pieces.append(b"".join(pending))
+            pending, held = [], 0
+    if pending:
+        pieces.append(b"".join(pending))
+    return pieces
 
 
 class RoundCapture(ResponseCapture):

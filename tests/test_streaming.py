@@ -11,8 +11,8 @@ import orjson
 import pytest
 from conftest import anthropic_client, http_scope, openai_client
 from starlette.responses import StreamingResponse
-from streams import anthropic_final, sdk_dump
-from support import Route, ToolHook
+from streams import anthropic_final, event_stream, sdk_dump
+from support import Route, ToolHook, read_body
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
 from agentic_middleware.gateway import serving
@@ -117,6 +117,28 @@ def raw_exchange(app: Any, route: Route, body: dict[str, Any]) -> tuple[asyncio.
         await asyncio.Event().wait()
 
     return sent, asyncio.create_task(app(http_scope(route.path, raw), receive, sent.put))
+
+
+async def test_a_live_streams_held_tail_reaches_the_client_in_one_message_before_its_end() -> None:
+    # The events held until the last round was judged (its message_delta and message_stop) go out in one write, not
+    # one each: a write each cost the server a write each (issue 26). The client reads the same stream.
+    script = iter([message("Checking.", tool_use("lookup", {"key": "k"}), usage=USAGE), message("Known.", usage=USAGE)])
+
+    async def model(scope: Any, receive: Any, send: Any) -> None:
+        await read_body(receive)
+        await event_stream(sse.messages_events(next(script), chunk_size=5))(scope, receive, send)
+
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    request = {"model": "m", "max_tokens": 50, "stream": True, "messages": USER}
+    sent, task = raw_exchange(app, Route("messages"), request)
+    await asyncio.wait_for(task, 5)
+    bodies = [message["body"] for message in [sent.get_nowait() for _ in range(sent.qsize())][1:]]
+    assert bodies[-1] == b""
+    tail = [line for line in bodies[-2].split(b"\n") if line.startswith(b"event: ")]
+    assert tail == [b"event: message_delta", b"event: message_stop"]
+    final = await anthropic_final(bodies)
+    assert [block.type for block in final.content] == ["text", "text"]
+    assert final.content[-1].text == "Known."  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("route", [Route("messages"), Route("chat")], ids=["messages", "chat"])
