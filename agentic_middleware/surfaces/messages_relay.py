@@ -70,7 +70,14 @@ class MessagesRelay(StreamRelay):
         payload = orjson.loads(chunk[_PASSED_DATA:-2])  # not JSON: the stream cannot be read, as in `feed`
         if type(payload) is not dict or payload.get("type") != "content_block_delta":
             return None  # another event under the delta's name (JSON's last key wins): `feed` reads it
-        self.delta(payload)
+        # A text delta of a block that has text already, as most are, is added here; any other, by `delta`.
+        delta = payload["delta"]
+        pieces = self.pieces.get((payload["index"], "text"))
+        text = delta.get("text") if pieces is not None and type(delta) is dict else None
+        if pieces is not None and type(text) is str and delta.get("type") == "text_delta":
+            pieces.add(text)
+        else:
+            self.delta(payload)
         if not self.base:
             return chunk
         payload["index"] += self.base
