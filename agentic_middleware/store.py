@@ -25,6 +25,7 @@ from starlette.types import Scope
 
 from .callers import Caller, identify, key_hash
 from .errors import ConfigurationError
+from .payload import own_size
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -75,7 +76,9 @@ class MemoryStore:
         self._drop(key)
         if len(value) > self.max_bytes:
             return  # it could never be held: as if evicted at once
-        self.entries[key] = (time.monotonic() + ttl, value)
+        # At its own size: a value is orjson's output, which keeps the 4-8 KB buffer it was written into however short
+        # (`own_size`), so `max_bytes` would bound a fraction of what the entries hold.
+        self.entries[key] = (time.monotonic() + ttl, own_size(value))
         self.size += len(value)
         while len(self.entries) > self.max_entries or self.size > self.max_bytes:
             self._drop(next(iter(self.entries)))
