@@ -27,12 +27,18 @@ import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+import orjson
+
+from agentic_middleware.surfaces import surface_for
 
 from .cases import Case, Config, Row
 from .e2e import HOST, Driver, Server, free_port
 from .harness import median
+from .live_stream import answer_events
 from .streams_app import gc_thresholds
 
 KB = 1024
@@ -114,6 +120,13 @@ def rounds(driver: Driver, load: Load, count: int, tmp: Path) -> dict[str, list[
     return results
 
 
+@cache
+def answer_bytes(tokens: int) -> int:
+    """The size of the answer the hooks judge at the end of a stream of `tokens` deltas, as JSON: what the issue's
+    memory target leaves out (a relay must hold the answer it is reading)."""
+    return len(orjson.dumps(surface_for("anthropic_messages").accumulated(b"".join(answer_events(tokens)))))
+
+
 def per_event(result: Result, collector: bool = True) -> float:
     """The worker's CPU per SSE event its clients received, in µs; without `collector`, less the garbage collector's."""
     cpu = result["server cpu"] - (0 if collector else result["gc"])
@@ -160,14 +173,18 @@ def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
         measure = f"added worker CPU per event, {variant}"
         rows.append(Row(12, name, measure, median(added), 2.0, detail, unit="µs"))
     memory = {variant: [r["memory"] / load.streams / KB for r in results[variant]] for variant in results}
-    added_memory = [t - b for t, b in zip(memory["tool round"], memory["bare"], strict=True)]
+    added = [t - b for t, b in zip(memory["tool round"], memory["bare"], strict=True)]
+    answer = answer_bytes(load.tokens) / KB
     detail = (
-        f"peak RSS above the worker's before, per stream: tool round {spread(memory['tool round'], 'KB')}, "
+        f"added {spread(added, 'KB')}, less the {answer:.2f} KB of the answer the hooks judge (its JSON), as the "
+        f"target is set; peak RSS above the worker's before, per stream: tool round "
+        f"{spread(memory['tool round'], 'KB')}, "
         f"pass-through {spread(memory['pass-through'], 'KB')}, floor {spread(memory['floor'], 'KB')}, "
         f"bare {spread(memory['bare'], 'KB')}; peak RSS "
         + ", ".join(f"{v} {median([r['peak'] / KB / KB for r in results[v]]):.0f} MB" for v in results)
     )
-    rows.append(Row(12, name, "added memory per stream, tool round", median(added_memory), 16, detail, unit="KB"))
+    measure = "added memory per stream beyond the judged answer, tool round"
+    rows.append(Row(12, name, measure, median(added) - answer, 16, detail, unit="KB"))
     everything = [r for variant in results.values() for r in variant]
     completed = sum(r["completed"] for r in everything) / sum(r["streams"] for r in everything)
     errors: dict[str, int] = {}
