@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from unittest.mock import ANY
 
 import anthropic
 import openai
@@ -300,3 +301,66 @@ async def test_a_messages_stream_whose_last_event_is_not_dispatched_ends_as_the_
         async with claude.messages.stream(model="m", max_tokens=50, messages=USER) as stream:
             final = await stream.get_final_message()
     assert sdk_dump(final) == sdk_dump(await anthropic_final([cut]))
+
+
+class Judged(ServerTools):
+    """ServerTools that keeps every answer its gate judged."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answers: list[Any] = []
+
+    async def async_should_run_agentic_loop(self, response: Any, *args: Any, **kwargs: Any) -> Any:
+        self.answers.append(orjson.loads(orjson.dumps(response)))
+        return await super().async_should_run_agentic_loop(response, *args, **kwargs)
+
+
+def _late(events: list[bytes]) -> list[bytes]:
+    """The events with each `content_block_stop` moved in front of the block's last delta."""
+    out: list[bytes] = []
+    for event in events:
+        if event.startswith(b"event: content_block_stop") and out and b"content_block_delta" in out[-1]:
+            out.insert(len(out) - 1, event)
+        else:
+            out.append(event)
+    return out
+
+
+@pytest.mark.parametrize("shape", ["never stopped", "a delta after its stop"])
+async def test_the_hooks_judge_every_delta_the_sdk_adds_to_its_block(shape: str) -> None:
+    """The anthropic SDK adds every delta to its block, whether or not a `content_block_stop` came before (or at all).
+    The relay joined a block's streamed strings only at its stop: a block the app never stopped reached the hooks
+    with no text and a call with `input: {}` (its tool run without its arguments), and a delta after its block's stop
+    reached the client alone, so the client's message and the answer the hooks judged differed."""
+    rounds = [
+        message("Checking.", tool_use("lookup", {"key": "k"}), usage=USAGE),
+        message("The value is known.", usage=USAGE),
+    ]
+
+    def events(body: dict[str, Any]) -> list[bytes]:
+        sent = list(sse.messages_events(body, chunk_size=4))
+        if shape == "never stopped":
+            return [event for event in sent if not event.startswith(b"event: content_block_stop")]
+        return _late(sent)
+
+    ran: list[str] = []
+
+    @server_tool
+    async def lookup(key: str) -> str:
+        ran.append(key)
+        return f"value of {key}"
+
+    hook = Judged([lookup])
+    model = ScriptedModel(*(event_stream(iter(events(body))) for body in rounds))
+    claude = anthropic_client(AgenticLoopMiddleware(model, hooks=[hook]))
+    async with claude.messages.stream(model="m", max_tokens=50, messages=USER) as stream:
+        final = await stream.get_final_message()
+    assert ran == ["k"]
+    assert [answer["content"] for answer in hook.answers] == [
+        [{"type": "text", "text": "Checking."}, {**tool_use("lookup", {"key": "k"}), "id": ANY}],
+        [{"type": "text", "text": "The value is known."}],
+    ]
+    assert [block.model_dump(exclude_none=True) for block in final.content] == [
+        {"type": "text", "text": "Checking."},
+        {"type": "text", "text": "The value is known."},
+    ]

@@ -100,15 +100,8 @@ class MessagesRelay(StreamRelay):
         if kind == "content_block_stop":
             index = payload["index"]
             block = self.blocks[index]
-            for name in ("text", "thinking", "input"):
-                pieces = self.pieces.pop((index, name), None)
-                if pieces is None:
-                    continue
-                text = block.get(name, "") + str(pieces) if name != "input" else str(pieces)
-                if name != "input":
-                    block[name] = text
-                elif text:
-                    block["input"] = _tool_input(text)
+            self.joined(index, "text")  # a call's input is read at the round's end (`body`), with any delta after this
+            self.joined(index, "thinking")
             if self.records and block.get("type") == "text" and isinstance(block.get("text"), str):
                 return self.cite(index, block["text"], self.out(event, kind, payload))
             return self.out(event, kind, payload)
@@ -226,7 +219,23 @@ class MessagesRelay(StreamRelay):
         # blank line that dispatches it, as the HTML standard reads it, ends so).
         if self.message is None or not (self.stopped or self.message.get("stop_reason") is not None):
             return None
+        # Calls' input, and what no `content_block_stop` joined (a block the stream never stopped, a delta after its
+        # block's stop or after the round's end), are in the blocks too: the client's SDK adds every delta to its block.
+        for index, name in list(self.pieces):
+            self.joined(index, name)
         return {**self.message, "content": [self.blocks[index] for index in sorted(self.blocks)]}
+
+    def joined(self, index: int, name: str) -> None:
+        """A block's streamed string, joined into the block (`input` read as JSON): text and thinking once their block
+        stops, then what comes after; a call's input at the round's end."""
+        pieces = self.pieces.pop((index, name), None)
+        if pieces is None:
+            return
+        block = self.blocks[index]
+        if name != "input":
+            block[name] = block.get(name, "") + str(pieces)
+        elif text := str(pieces):
+            block["input"] = _tool_input(text)
 
     def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
         events: list[bytes] = []
