@@ -14,6 +14,7 @@ tool result) reaches the app.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, SupportsIndex
 
 from .payload import JSONObject, dumps
@@ -296,7 +297,9 @@ class BodyEncoder:
             bool(sent)
             and not self.stamp.written
             and len(messages) >= len(sent)
-            and messages[: len(sent)] == sent  # the same objects (list equality checks identity first)
+            # The very same objects, not equal ones: a copy equal to what was sent is not watched (a later edit of it
+            # would be lost), and Python's equality is not JSON's (`True == 1`, `1.0 == 1`).
+            and all(map(operator.is_, sent, messages))
         )
         if reuse:
             tail = messages[len(sent) :]

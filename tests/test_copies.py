@@ -109,3 +109,67 @@ async def test_a_copy_written_to_does_not_change_the_sent_history() -> None:
         )
     assert reply.status_code == 200, reply.text
     assert all(orjson.loads(request.raw)["messages"][0]["content"] == "hi" for request in model.requests)
+
+
+async def test_a_deep_copy_of_the_history_edited_in_place_a_round_later_is_sent_as_edited() -> None:
+    """A copy equal to the history already sent is not that history: its edit must reach the app. A hook deep-copies
+    its history in one round (docs/hooks.md: "a hook may copy the history and edit the copy freely") and stubs the
+    copy's first message in place in the next, as a compression or redaction hook does."""
+
+    class CopyThenStub(CustomLogger):
+        def __init__(self) -> None:
+            self.rounds = 0
+
+        async def async_should_run_agentic_loop(self, response, **rest):  # type: ignore[no-untyped-def]
+            calls = [block for block in response["content"] if block["type"] == "tool_use"]
+            return bool(calls), {"tool_calls": calls}
+
+        async def async_build_agentic_loop_plan(self, tools, messages, **rest):  # type: ignore[no-untyped-def]
+            self.rounds += 1
+            history = copy.deepcopy(messages) if self.rounds == 2 else messages
+            if self.rounds == 3:
+                history[0]["content"] = "stubbed"
+            call = tools["tool_calls"][0]
+            history = [
+                *history,
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}]},
+            ]
+            return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=history))
+
+    model = ScriptedModel(*(message(tool_use("t", {"q": n})) for n in range(3)), message("done"))
+    app = AgenticLoopMiddleware(model, hooks=[CopyThenStub()])
+    async with http_client(app) as client:
+        reply = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "a text"}]}
+        )
+    assert reply.status_code == 200, reply.text
+    firsts = [orjson.loads(request.raw)["messages"][0]["content"] for request in model.requests]
+    assert firsts == ["a text", "a text", "a text", "stubbed"]
+
+
+async def test_a_message_equal_to_the_one_sent_but_not_the_same_is_sent_as_it_is_now() -> None:
+    """Python's equality is not JSON's: `True == 1`, so a hook that puts `true` where `1` was sent gets `true` sent."""
+
+    class Retyping(CustomLogger):
+        async def async_should_run_agentic_loop(self, response, **rest):  # type: ignore[no-untyped-def]
+            calls = [block for block in response["content"] if block["type"] == "tool_use"]
+            return bool(calls), {"tool_calls": calls}
+
+        async def async_build_agentic_loop_plan(self, tools, messages, **rest):  # type: ignore[no-untyped-def]
+            history = [{**turn, "n": True} if "n" in turn else dict(turn) for turn in messages]
+            call = tools["tool_calls"][0]
+            history += [
+                {"role": "assistant", "content": [call], "n": 1},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}]},
+            ]
+            return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=history))
+
+    model = ScriptedModel(message(tool_use("t", {"q": 1})), message(tool_use("t", {"q": 2})), message("done"))
+    app = AgenticLoopMiddleware(model, hooks=[Retyping()])
+    async with http_client(app) as client:
+        reply = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+        )
+    assert reply.status_code == 200, reply.text
+    assert orjson.loads(model.requests[2].raw)["messages"][1]["n"] is True
