@@ -328,11 +328,15 @@ class AgenticLoop(AskingHooks, Replies):
             self.logging_obj.logger.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
         call: Coroutine[Any, Any, Answer | None]
         if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
-            headers, log = self.loop_headers("app_answer"), self.logging_obj.logger
-            call = retried(self.dispatch, body, headers, self.settings.rerun_retries, self.round, log)
+            log = self.logging_obj.logger
+            call = retried(self.dispatch, body, self.forwarded_headers, self.settings.rerun_retries, self.round, log)
         else:  # the first call's errors reach the client as they are, for its own retries
             call = self.dispatch(body, [], self.round)
         return call if self.observer.tracer is None else self.traced(call)
+
+    def forwarded_headers(self) -> list[tuple[bytes, bytes]]:
+        """The loop's headers on a rerun's answer that goes to the client as the app sent it (its retries so far)."""
+        return self.loop_headers("app_answer")
 
     async def traced(self, call: Coroutine[Any, Any, Answer | None]) -> Answer | None:
         model = self.body.get("model")

@@ -13,7 +13,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .asgi import Headers
 from .dispatch import Answer, Dispatcher
@@ -74,7 +74,7 @@ def retry_delay(headers: Iterable[tuple[bytes, bytes]], attempt: int) -> float |
 
 
 async def dispatched(
-    dispatch: Dispatcher, body: bytes, headers: Headers, retries: int, record: RoundRecord, log: Log
+    dispatch: Dispatcher, body: bytes, headers: Callable[[], Headers], retries: int, record: RoundRecord, log: Log
 ) -> Answer | None:
     """One rerun's call of the app, tried again up to `retries` times while it fails transiently: an answer of a
     status in RETRY_STATUSES, or an app that raised or broke off, before its stream gave the client anything (a
@@ -83,11 +83,14 @@ async def dispatched(
     The last failure is the result when the retries are used up, when the answer asks to wait longer than
     MAX_RETRY_AFTER, or when the wait would pass the loop's deadline (`loop_timeout`): the error comes sooner, and
     as what it is, not as a loop timeout.
+
+    `headers` gives the loop's headers for an answer that goes to the client as the app sent it, asked at each try:
+    a try after a retry carries that retry (`x-agentic-loop-retries`).
     """
     dispatch.kept = RETRY_STATUSES  # such an answer is kept, not forwarded, so that it can be retried
     while True:
         try:
-            answer = await dispatch(body, headers, record)
+            answer = await dispatch(body, headers(), record)
         except ModelAppError as error:
             if not error.transient or dispatch.heard or record.retries >= retries:
                 raise

@@ -129,6 +129,20 @@ async def test_a_rerun_answered_400_is_not_retried() -> None:
     assert len(model.requests) == 2
 
 
+async def test_a_rerun_retried_then_answered_400_tells_the_client_of_its_retry() -> None:
+    """The answer that goes to the client as the app sent it after a retry carries the retry in its headers, as
+    every response that can still carry headers does (docs/accounting.md)."""
+    records: list[RoundRecord] = []
+    bad = JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}, 400)
+    model = ScriptedModel(first("messages", False), overloaded(**{"retry-after-ms": "1"}), bad)
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], on_round=records.append)
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        await ask(app, "messages", False)
+    assert len(model.requests) == 3 and records[-1].retries == 1
+    headers = raised.value.response.headers
+    assert headers["x-agentic-loop-retries"] == "1" and headers["x-agentic-loop-ended-by"] == "app_answer"
+
+
 async def test_retries_used_up_give_the_client_the_last_error_with_its_status() -> None:
     records: list[RoundRecord] = []
     model = ScriptedModel(first("chat", False), default=overloaded(**{"retry-after-ms": "1"}))
