@@ -12,7 +12,7 @@ from conftest import http_client
 
 from agentic_middleware import AgenticLoopMiddleware, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
 from agentic_middleware.payload import JSONObject
-from agentic_middleware.testing import ScriptedModel, message, tool_use
+from agentic_middleware.testing import RecordedRequest, ScriptedModel, message, tool_use
 
 
 def plain(value: Any) -> None:
@@ -101,14 +101,8 @@ async def test_a_copy_written_to_does_not_change_the_sent_history() -> None:
             stub[0]["content"] = "edited copy"
             return await super().async_build_agentic_loop_plan(tools, model, messages, response, **rest)
 
-    model = ScriptedModel(message(tool_use("t", {"q": 1})), message(tool_use("t", {"q": 2})), message("done"))
-    app = AgenticLoopMiddleware(model, hooks=[Editor()])
-    async with http_client(app) as client:
-        reply = await client.post(
-            "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
-        )
-    assert reply.status_code == 200, reply.text
-    assert all(orjson.loads(request.raw)["messages"][0]["content"] == "hi" for request in model.requests)
+    requests = await looped(Editor(), rounds=2)
+    assert all(orjson.loads(request.raw)["messages"][0]["content"] == "hi" for request in requests)
 
 
 async def test_a_deep_copy_of_the_history_edited_in_place_a_round_later_is_sent_as_edited() -> None:
@@ -137,14 +131,8 @@ async def test_a_deep_copy_of_the_history_edited_in_place_a_round_later_is_sent_
             ]
             return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=history))
 
-    model = ScriptedModel(*(message(tool_use("t", {"q": n})) for n in range(3)), message("done"))
-    app = AgenticLoopMiddleware(model, hooks=[CopyThenStub()])
-    async with http_client(app) as client:
-        reply = await client.post(
-            "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "a text"}]}
-        )
-    assert reply.status_code == 200, reply.text
-    firsts = [orjson.loads(request.raw)["messages"][0]["content"] for request in model.requests]
+    requests = await looped(CopyThenStub(), rounds=3, text="a text")
+    firsts = [orjson.loads(request.raw)["messages"][0]["content"] for request in requests]
     assert firsts == ["a text", "a text", "a text", "stubbed"]
 
 
@@ -165,11 +153,15 @@ async def test_a_message_equal_to_the_one_sent_but_not_the_same_is_sent_as_it_is
             ]
             return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=history))
 
-    model = ScriptedModel(message(tool_use("t", {"q": 1})), message(tool_use("t", {"q": 2})), message("done"))
-    app = AgenticLoopMiddleware(model, hooks=[Retyping()])
-    async with http_client(app) as client:
-        reply = await client.post(
-            "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
-        )
+    requests = await looped(Retyping(), rounds=2)
+    assert orjson.loads(requests[2].raw)["messages"][1]["n"] is True
+
+
+async def looped(hook: CustomLogger, rounds: int, text: str = "hi") -> list[RecordedRequest]:
+    """What the model app was sent when it called the tool `t` `rounds` times, then answered; the client got a 200."""
+    model = ScriptedModel(*(message(tool_use("t", {"q": n})) for n in range(rounds)), message("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[hook])) as client:
+        request = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": text}]}
+        reply = await client.post("/v1/messages", json=request)
     assert reply.status_code == 200, reply.text
-    assert orjson.loads(model.requests[2].raw)["messages"][1]["n"] is True
+    return model.requests
