@@ -56,7 +56,8 @@ class LiveStream:
 
     The loop uses it as it uses the buffered `EventStream` (`open`, `stop_keep_alive`, `close`, `abort`),
     and the dispatcher reads each round through `capture`. Every write goes through the client's
-    `ClientWriter`; the first sign that the client left also cancels the loop, and with it the app's stream.
+    `ClientWriter` (a delta the relay passes on, through its `send` and its signs of failure, from `RoundCapture.send`
+    itself); the first sign that the client left also cancels the loop, and with it the app's stream.
     """
 
     def __init__(
