@@ -71,8 +71,7 @@ def sum_usage(usages: Sequence[Any]) -> Any:
         return usages[-1] if usages else None
     columns: dict[Any, list[Any]] = {}  # each key's values that are not None, in call order; keys as first seen
     for usage in dicts:
-        for key in usage:
-            value = usage.get(key)
+        for key, value in usage.items():
             column = columns.get(key)
             if column is None:
                 column = columns[key] = []

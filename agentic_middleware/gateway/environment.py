@@ -49,7 +49,7 @@ GATEWAY_KEYS = "AGENTIC_GATEWAY_API_KEYS"
 GC_THRESHOLD = "AGENTIC_GC_THRESHOLD"
 DEFAULT_GC_THRESHOLD = 10_000
 """Measured in benchmarks case 12 (docs/performance.md): at 10,000 live streams on one worker, Python's 700 made 12 to
-14 full collections walk every stream's objects, the collector 5.4 to 7.5 s of the worker's CPU and a 92 to 148 ms lag
+14 full collections walk every stream's objects, the collector 5.4 to 8.3 s of the worker's CPU and a 92 to 148 ms lag
 p99; 10,000 made one or two (1.1 to 2.3 s, 36 to 62 ms)."""
 MAX_GC_THRESHOLD = 2**31 - 1
 """The most `gc.set_threshold` takes (a C int): past it every worker would fail at its start, again and again."""

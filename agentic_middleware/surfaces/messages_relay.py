@@ -20,8 +20,7 @@ _NOTHING: tuple[bytes, ...] = ()
 # The start of the one shape of event `MessagesRelay.pass_on` passes on as it came (the Anthropic API's own), and
 # where its data begins.
 _PASSED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-_DELTA_HEAD = b"event: content_block_delta\ndata: "
-_PASSED_DATA = len(_DELTA_HEAD)
+_PASSED_DATA = len(b"event: content_block_delta\ndata: ")
 
 
 class MessagesRelay(StreamRelay):
@@ -73,15 +72,19 @@ class MessagesRelay(StreamRelay):
         # A text delta of a block that has text already, as most are, is added here; any other, by `delta`.
         delta = payload["delta"]
         pieces = self.pieces.get((payload["index"], "text"))
-        text = delta.get("text") if pieces is not None and type(delta) is dict else None
-        if pieces is not None and type(text) is str and delta.get("type") == "text_delta":
+        if (
+            pieces is not None
+            and type(delta) is dict
+            and delta.get("type") == "text_delta"
+            and type(text := delta.get("text")) is str
+        ):
             pieces.add(text)
         else:
             self.delta(payload)
         if not self.base:
             return chunk
         payload["index"] += self.base
-        return _DELTA_HEAD + orjson.dumps(payload) + b"\n\n"  # as `sse.named_event` writes it
+        return sse.named_event("content_block_delta", payload)
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         payload = orjson.loads(event.data)
