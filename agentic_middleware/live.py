@@ -77,6 +77,9 @@ class LiveStream:
         self.opened = False
         self.done = False  # the stream's end was written, or the client left
         self.last_write = 0.0
+        # The last round's answer as the relay built it, with the bytes written from it, until the next round begins:
+        # the closing events of a reply of those very bytes are written from it, not from the bytes read back.
+        self.judged: tuple[bytes, dict[str, Any]] | None = None
         self.kept_alive: Entry | None = None  # the stream's place on the keep-alive timer, from its start
         # A relay write and a keep-alive never overlap, so that a numbered keep-alive goes out in its place.
         self.sending = False
@@ -99,6 +102,7 @@ class LiveStream:
     ) -> ResponseCapture:
         """The `send` of one call of the app, which is one round: live when the app streams."""
         self.relay.begin_round()
+        self.judged = None
         return RoundCapture(self, send, forward_headers, limit, on_forward, not self.opened, read_stream)
 
     async def start(self, app_start: Message | None) -> None:
@@ -217,17 +221,23 @@ class LiveStream:
         message each cost the server a write each), and between two messages the event loop runs once, so that a
         disconnect the server noticed is heard while a whole answer is written here (a JSON answer to a streaming
         call). Not before the first, as the loop just ran while the round ended: a turn was a pause after which the
-        stream's state is read again from cold caches among the other streams' (benchmarks case 12)."""
+        stream's state is read again from cold caches among the other streams' (benchmarks case 12).
+
+        One message (a live round's held tail, a short answer) ends the response itself: an empty message after it
+        was one more write of the server's. After several, the end is an empty message of its own, as before: the
+        last of them has its turn of the event loop before it, as each after the first."""
         if self.kept_alive is not None:  # `close` may have started the response after stopping its keep-alives
             self.kept_alive.stop()
             self.kept_alive = None
-        for number, data in enumerate(_joined(events, CLOSING_MESSAGE)):
-            message: Message = {"type": "http.response.body", "body": data, "more_body": True}
+        pieces = _joined(events, CLOSING_MESSAGE)
+        for number, data in enumerate(pieces):
+            message: Message = {"type": "http.response.body", "body": data, "more_body": len(pieces) > 1}
             await self.written(message, wait_on_app=not number)
             if self.write.closed:
                 break
         else:
-            await self.write({"type": "http.response.body", "body": b""})
+            if len(pieces) != 1:
+                await self.write({"type": "http.response.body", "body": b""})
         self.done = True
 
     def error_event(self, status: int, message: str, code: str) -> bytes:
@@ -237,10 +247,7 @@ class LiveStream:
     def closing(self, reply: Reply) -> list[bytes]:
         """The events that end the stream: the rest of the answer, or an error event."""
         status = reply.start["status"]
-        try:
-            body = orjson.loads(reply.body)
-        except orjson.JSONDecodeError:
-            body = None
+        body = self.answer_of(reply)
         if 200 <= status < 300 and isinstance(body, dict):
             try:
                 return self.relay.finish(body, fresh=self.overridden)
@@ -258,6 +265,18 @@ class LiveStream:
                 return [self.error_event(502, message, "model_app_error")]
         message, code = error_of(body, reply.body, status)
         return [self.error_event(status if status >= 400 else 502, message, code)]
+
+    def answer_of(self, reply: Reply) -> Any:
+        """The reply's body as an object: the one its bytes were written from when it is known (the loop's summed
+        answer, the last round's as the relay built it), else its bytes read (None when they are not JSON)."""
+        if reply.data is not None:
+            return reply.data
+        if self.judged is not None and reply.body is self.judged[0]:
+            return self.judged[1]
+        try:
+            return orjson.loads(reply.body)
+        except orjson.JSONDecodeError:
+            return None
 
 
 def _joined(events: list[bytes], size: int) -> list[bytes]:
@@ -359,7 +378,9 @@ class RoundCapture(ResponseCapture):
         self.complete = True
         body = self.live.relay.body() if self.failure is None else None
         if body is not None:
-            self.chunks = [own_size(orjson.dumps(body))]
+            raw = own_size(orjson.dumps(body))
+            self.chunks = [raw]
+            self.live.judged = (raw, body)
             return
         self.readable = False
         self.start = {**_FAILED_START, "status": self.failure_status}

@@ -79,8 +79,8 @@ async def test_a_cancelled_looped_stream_runs_its_cleanup_and_ends_with_an_error
 
     assert len(hook.cleanups) == 1
     assert [m["type"] for m in sent].count("http.response.start") == 1
-    assert sent[-1] == {"type": "http.response.body", "body": b""}  # the stream ends
-    error = sent[-2]["body"]
+    assert sent[-1]["more_body"] is False  # the error event ends the stream
+    error = sent[-1]["body"]
     assert (b"event: error" if route.name == "messages" else b'data: {"error"') in error
     assert b"cancelled" in error
 
