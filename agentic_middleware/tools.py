@@ -220,12 +220,13 @@ class ServerTools(AgenticHook):
         live = LiveRecords.of(logging_obj) if native is not None else None  # records go out as each search ends
         runs, streamed = await live.run(jobs, searches) if live is not None else (await _all(jobs), False)
         results = [result for result, _ in runs]
-        trace = [
-            {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
-            for call, result in zip(calls, results, strict=True)
-        ]
         follow_up = [*messages, *surface.follow_up(response, calls, results)]
-        metadata: dict[str, Any] = {TRACE_FIELD: trace}
+        metadata: dict[str, Any] = {}
+        if any(peer.keep_trace for peer in self.peers):  # only then read (the post hook): a live stream keeps its plan
+            metadata[TRACE_FIELD] = [
+                {"name": surface.call_name(call), "input": surface.call_input(call), "is_error": result.is_error}
+                for call, result in zip(calls, results, strict=True)
+            ]
         if recorded := tuple(run for _, run in runs if run is not None):
             metadata[NATIVE_FIELD] = NativeRound(response, recorded, streamed)
         return AgenticLoopPlan(
@@ -326,9 +327,10 @@ class ServerTools(AgenticHook):
         native = surface_for(kwargs["_agentic_loop_api_surface"]).native_format() if recorded else None
         if native is not None:
             response = native.record(response, recorded)
-        if not any(peer.keep_trace for peer in self.peers):
+        trace = plan.metadata.get(TRACE_FIELD)
+        if trace is None:
             return response
-        return {**response, TRACE_FIELD: [*plan.metadata[TRACE_FIELD], *(response.get(TRACE_FIELD) or [])]}
+        return {**response, TRACE_FIELD: [*trace, *(response.get(TRACE_FIELD) or [])]}
 
 
 async def _all(jobs: list[Coroutine[Any, Any, _Run]]) -> list[_Run]:
