@@ -10,6 +10,8 @@ from starlette.types import Message, Receive, Send
 
 logger = logging.getLogger("agentic_middleware")
 
+_WATCHER = "agentic_middleware client watch"
+
 
 class ClientWatch:
     """Reads the client's `receive` once a hook acts, and cancels the loop's task on a disconnect.
@@ -36,7 +38,8 @@ class ClientWatch:
     def start(self) -> None:
         if self.watcher is None:
             self.task = asyncio.current_task()
-            self.watcher = asyncio.get_running_loop().create_task(self.watch(self.task))
+            # One name for all (a task's own default name is a string of its own, per stream).
+            self.watcher = asyncio.get_running_loop().create_task(self.watch(self.task), name=_WATCHER)
 
     def stop(self) -> None:
         if self.watcher is not None:

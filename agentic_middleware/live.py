@@ -60,6 +60,24 @@ class LiveStream:
     itself); the first sign that the client left also cancels the loop, and with it the app's stream.
     """
 
+    __slots__ = (  # it lasts as long as its stream: a gateway holds thousands
+        "client",
+        "clock",
+        "done",
+        "interval",
+        "judged",
+        "kept_alive",
+        "last_write",
+        "opened",
+        "overridden",
+        "pinging",
+        "relay",
+        "sending",
+        "stream_options",
+        "surface",
+        "write",
+    )
+
     def __init__(
         self,
         write: ClientWriter,

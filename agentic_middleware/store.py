@@ -104,6 +104,8 @@ class CallerState:
 
     Every method raises when the caller function or the store fails: a hook decides what that means for it."""
 
+    __slots__ = ("_who", "caller", "scope", "store")  # one per request that has a `logging_obj`, for its whole life
+
     def __init__(self, store: KeyValueStore, scope: Scope, caller: Caller | None = None) -> None:
         self.store = store
         self.scope = scope

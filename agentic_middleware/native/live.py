@@ -36,6 +36,8 @@ class RecordStream(Protocol):
 class LiveRecords:
     """One live request's way to the client for native records (see `RecordStream`)."""
 
+    __slots__ = ("rounds", "stream")  # one per live request, for its whole life
+
     def __init__(self, stream: RecordStream) -> None:
         self.stream = stream
         self.rounds = 0
