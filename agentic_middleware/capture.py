@@ -20,7 +20,7 @@ class ResponseCapture(AnswerReading):
     """The `send` of one internal call: buffers a readable JSON answer, forwards anything else.
 
     Anything that is not a 2xx JSON body, or a body over `limit` bytes, goes to
-    the client as the app sends it, chunk by chunk (with `forward_headers` added
+    the client as the app sends it, chunk by chunk (with the headers `forward_headers` gives then added
     to its start); `forwarded` records that the client has an answer, and
     `on_forward` is called when forwarding begins. Without `forward`, nothing
     goes to the client: other answers are kept too, and `readable` tells them apart.
@@ -37,7 +37,7 @@ class ResponseCapture(AnswerReading):
     def __init__(
         self,
         send: Send,
-        forward_headers: Headers,
+        forward_headers: Callable[[], Headers] | None,
         limit: int,
         on_forward: Callable[[], object] | None = None,
         forward: bool = True,
@@ -70,8 +70,9 @@ class ResponseCapture(AnswerReading):
         self.forwarded = True
         if self.on_forward is not None:
             self.on_forward()
-        if self.forward_headers:
-            start = {**start, "headers": [*start.get("headers", ()), *self.forward_headers]}
+        headers = self.forward_headers() if self.forward_headers is not None else None
+        if headers:
+            start = {**start, "headers": [*start.get("headers", ()), *headers]}
         await self.client_send(start)
 
     async def send(self, message: Message) -> None:

@@ -16,6 +16,7 @@ from .capture import ResponseCapture
 from .errors import ModelAppError, ModelAppTimeout
 from .observe import RoundRecord
 from .payload import dumps, own_size, parse_object
+from .retries import RETRY_STATUSES, Retries
 from .sniff import warn_unjudged
 
 # Request headers each call sets for itself: the middleware reads every answer, so none is compressed.
@@ -108,7 +109,6 @@ class Dispatcher:
         "forwarded",
         "headers",
         "heard",
-        "kept",
         "limit",
         "oversize",
         "read_stream",
@@ -143,7 +143,6 @@ class Dispatcher:
         self.timer: asyncio.Timeout | None = None  # app_timeout, of the call under way
         self.deadline: asyncio.Timeout | None = None  # loop_timeout, of the whole loop: set by the loop
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
-        self.kept: frozenset[int] = frozenset()  # statuses of answers kept for the loop to judge (`retries.py`)
         self.heard = False  # the last call's stream sent the client an event: a retry of it would repeat that
         self.capture: Callable[..., ResponseCapture] = ResponseCapture  # how each answer is read (`LiveStream`'s live)
 
@@ -160,40 +159,69 @@ class Dispatcher:
             if timeout is not None:
                 timeout.reschedule(None)
 
-    async def __call__(self, body: bytes, forward_headers: Headers, record: RoundRecord | None = None) -> Answer | None:
-        """One call; None when its answer was not a readable JSON body and went to the client as the app sent it.
-        Its time in the app is added to its round's `record`.
+    async def __call__(self, body: bytes, record: RoundRecord, retries: Retries | None = None) -> Answer | None:
+        """One call; None when its answer was not a readable JSON body and went to the client as the app sent it
+        (with the loop's headers on a rerun's: `Retries.headers`). Its time in the app is added to its round's `record`.
 
+        With `retries` (a rerun's), a transient failure is tried again as they say, in this same frame: no coroutine
+        of the retries' own waits while a stream's round lasts (a gateway holds thousands: benchmarks case 12).
         An answer kept though not readable (while streaming) has no `data`, which ends the loop.
         """
-        scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
-        capture = self.capture(
-            self.send, forward_headers, self.limit, self.forwarding, forward=self.forward, read_stream=self.read_stream
-        )
-        capture.kept = self.kept
-        self.timer = None
-        self.heard = False
-        started = perf_counter()
-        try:
-            if self.timeout is None:
-                await self.app(scope, replay(body, self.receive), capture.send)
-            else:
-                async with asyncio.timeout(self.timeout) as self.timer:
+        while True:
+            scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
+            capture = self.capture(
+                self.send,
+                None if retries is None else retries.headers,
+                self.limit,
+                self.forwarding,
+                forward=self.forward,
+                read_stream=self.read_stream,
+            )
+            if retries is not None:
+                capture.kept = RETRY_STATUSES  # such an answer is kept, not forwarded, so that it can be retried
+            self.timer = None
+            self.heard = False
+            started = perf_counter()
+            failure: ModelAppError | None = None
+            try:
+                if self.timeout is None:
                     await self.app(scope, replay(body, self.receive), capture.send)
-        except TimeoutError:
-            if self.timer is None or not self.timer.expired():
-                raise ModelAppError("the model app failed: TimeoutError") from None
-            raise ModelAppTimeout(f"the model app did not answer within app_timeout={self.timeout:g} s") from None
-        except Exception as error:
-            if capture.forwarded:
-                raise  # the client already has the app's own answer under way
-            failed = ModelAppError(f"the model app failed: {type(error).__name__}")
-            failed.transient = True
-            raise failed from error
-        finally:
-            self.heard = capture.heard
-            if record is not None:
+                else:
+                    async with asyncio.timeout(self.timeout) as self.timer:
+                        await self.app(scope, replay(body, self.receive), capture.send)
+            except TimeoutError:
+                failure = self.timed_out()
+            except Exception as error:
+                if capture.forwarded:
+                    raise  # the client already has the app's own answer under way
+                failure = ModelAppError(f"the model app failed: {type(error).__name__}")
+                failure.transient = True
+                failure.__cause__ = error
+            finally:
+                self.heard = capture.heard
                 record.app_seconds += perf_counter() - started
+            answer = None
+            if failure is None:
+                try:
+                    answer = self.answer(capture)
+                except ModelAppError as error:
+                    failure = error
+            start = None if answer is None else answer.start
+            if retries is None or (delay := retries.delay(record, failure, start, self.heard, self.deadline)) is None:
+                if failure is not None:
+                    raise failure
+                return answer
+            await retries.wait(record, delay, failure, start)
+
+    def timed_out(self) -> ModelAppError:
+        """What a `TimeoutError` out of the app's call is: `app_timeout` if ours expired, else the app's own error."""
+        if self.timer is None or not self.timer.expired():
+            return ModelAppError("the model app failed: TimeoutError")
+        return ModelAppTimeout(f"the model app did not answer within app_timeout={self.timeout:g} s")
+
+    def answer(self, capture: ResponseCapture) -> Answer | None:
+        """What a call that returned gave: its answer, None when it went to the client as the app sent it, or the
+        `ModelAppError` it is."""
         if capture.unjudged is not None:
             warn_unjudged(self.app, self.scope["path"], capture.unjudged)
         if capture.refused is not None:  # it may hold a call no hook could judge: it never reaches the client

@@ -112,7 +112,7 @@ class LiveStream:
     def capture(
         self,
         send: Send,
-        forward_headers: Headers,
+        forward_headers: Callable[[], Headers] | None,
         limit: int,
         on_forward: Callable[[], object] | None = None,
         forward: bool = True,

@@ -27,7 +27,7 @@ from .loop_setup import LoopSetup as LoopSetup
 from .observe import RoundRecord, set_attributes
 from .policy import ToolPolicy
 from .replies import Replies
-from .retries import dispatched as retried
+from .retries import Retries
 from .settings import loop_limit
 from .shown import ShownIds
 from .stream import EventStream
@@ -328,10 +328,10 @@ class AgenticLoop(AskingHooks, Replies):
             self.logging_obj.logger.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
         call: Coroutine[Any, Any, Answer | None]
         if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
-            log = self.logging_obj.logger
-            call = retried(self.dispatch, body, self.forwarded_headers, self.settings.rerun_retries, self.round, log)
+            retries = Retries(self.forwarded_headers, self.settings.rerun_retries, self.logging_obj.logger)
+            call = self.dispatch(body, self.round, retries)
         else:  # the first call's errors reach the client as they are, for its own retries
-            call = self.dispatch(body, [], self.round)
+            call = self.dispatch(body, self.round)
         return call if self.observer.tracer is None else self.traced(call)
 
     def forwarded_headers(self) -> list[tuple[bytes, bytes]]:

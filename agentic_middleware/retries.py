@@ -15,8 +15,9 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
+from starlette.types import Message
+
 from .asgi import Headers
-from .dispatch import Answer, Dispatcher
 from .errors import ModelAppError
 from .observe import RoundRecord
 
@@ -73,59 +74,67 @@ def retry_delay(headers: Iterable[tuple[bytes, bytes]], attempt: int) -> float |
     return min(_BASE_DELAY * 2.0**attempt, _MAX_DELAY) * (1 - 0.25 * random.random())
 
 
-async def dispatched(
-    dispatch: Dispatcher, body: bytes, headers: Callable[[], Headers], retries: int, record: RoundRecord, log: Log
-) -> Answer | None:
-    """One rerun's call of the app, tried again up to `retries` times while it fails transiently: an answer of a
-    status in RETRY_STATUSES, or an app that raised or broke off, before its stream gave the client anything (a
-    stream that already went out in part is not sent twice). Each retry is counted in `record.retries`.
+class Retries:
+    """How a rerun's call (or closing call) is tried again, up to `limit` times while it fails transiently: an answer
+    of a status in RETRY_STATUSES, or an app that raised or broke off, before its stream gave the client anything (a
+    stream that already went out in part is not sent twice). Each retry is counted in the round's `record.retries`.
 
     The last failure is the result when the retries are used up, when the answer asks to wait longer than
     MAX_RETRY_AFTER, or when the wait would pass the loop's deadline (`loop_timeout`): the error comes sooner, and
     as what it is, not as a loop timeout.
 
-    `headers` gives the loop's headers for an answer that goes to the client as the app sent it, asked at each try:
-    a try after a retry carries that retry (`x-agentic-loop-retries`).
+    `headers` gives the loop's headers for an answer that goes to the client as the app sent it, asked when one does
+    (a live stream's later rounds never do): a try after a retry carries that retry (`x-agentic-loop-retries`).
+    The dispatcher makes the tries (`Dispatcher.__call__`), in its own frame: these are only their rules.
     """
-    dispatch.kept = RETRY_STATUSES  # such an answer is kept, not forwarded, so that it can be retried
-    while True:
-        try:
-            answer = await dispatch(body, headers(), record)
-        except ModelAppError as error:
-            if not error.transient or dispatch.heard or record.retries >= retries:
-                raise
-            delay = _within_deadline(dispatch, retry_delay((), record.retries))
-            if delay is None:
-                raise
-            reason = str(error)
-        else:
-            if (
-                answer is None
-                or answer.start["status"] not in RETRY_STATUSES
-                or dispatch.heard
-                or record.retries >= retries
-            ):
-                return answer
-            delay = _within_deadline(dispatch, retry_delay(answer.start.get("headers", ()), record.retries))
-            if delay is None:
-                return answer
-            reason = f"the model app answered {answer.start['status']}"
+
+    __slots__ = ("headers", "limit", "log")
+
+    def __init__(self, headers: Callable[[], Headers], limit: int, log: Log) -> None:
+        self.headers = headers
+        self.limit = limit
+        self.log = log
+
+    def delay(
+        self,
+        record: RoundRecord,
+        failure: ModelAppError | None,
+        start: Message | None,
+        heard: bool,
+        deadline: asyncio.Timeout | None,
+    ) -> float | None:
+        """Seconds to wait before the next try, or None when this try's outcome stands: its `failure`, else its answer
+        (`start`, its start message; None for an answer that went to the client as the app sent it). `heard`: the
+        try's stream gave the client an event; `deadline`: the loop's."""
+        if heard or record.retries >= self.limit:
+            return None
+        if failure is not None:
+            return _within_deadline(deadline, retry_delay((), record.retries)) if failure.transient else None
+        if start is None or start["status"] not in RETRY_STATUSES:
+            return None
+        return _within_deadline(deadline, retry_delay(start.get("headers", ()), record.retries))
+
+    async def wait(
+        self, record: RoundRecord, delay: float, failure: ModelAppError | None, start: Message | None
+    ) -> None:
+        """Count and log the retry `delay` says will be made, and wait for it (the round's app time holds the wait)."""
         record.retries += 1
-        log.warning(
-            "agentic round %d: %s; retry %d of %d in %.2f s", record.depth, reason, record.retries, retries, delay
+        reason = str(failure) if failure is not None or start is None else f"the model app answered {start['status']}"
+        self.log.warning(
+            "agentic round %d: %s; retry %d of %d in %.2f s", record.depth, reason, record.retries, self.limit, delay
         )
         waited = time.perf_counter()
         try:
             await asyncio.sleep(delay)
-        finally:  # the round's app time holds its retries' waits too
+        finally:
             record.app_seconds += time.perf_counter() - waited
 
 
-def _within_deadline(dispatch: Dispatcher, delay: float | None) -> float | None:
+def _within_deadline(deadline: asyncio.Timeout | None, delay: float | None) -> float | None:
     """The delay, unless the loop's deadline comes before it ends (then there is no time for the retry)."""
-    if delay is None or dispatch.deadline is None:
+    if delay is None or deadline is None:
         return delay
-    when = dispatch.deadline.when()
+    when = deadline.when()
     if when is not None and asyncio.get_running_loop().time() + delay >= when:
         return None
     return delay
