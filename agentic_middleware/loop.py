@@ -150,7 +150,8 @@ class AgenticLoop(AskingHooks, Replies):
             try:
                 if self.events is not None:
                     self.watch_client()  # the stream is under way: nothing else will hear of a disconnect
-                reply = await self.answer()
+                answer = await self.rounds()
+                reply = None if answer is None else await self.ended(answer)
             except Exception as error:
                 if self.dispatch.forwarded:
                     raise  # the client already has the app's own answer under way: it cannot get another
@@ -211,19 +212,39 @@ class AgenticLoop(AskingHooks, Replies):
         elif not self.dispatch.forwarded and not self.write.started:
             await self.respond(self.error_reply(error))
 
-    async def answer(self) -> Reply | None:
-        """The loop within `loop_timeout`, then the post and cleanup hooks (which a disconnect does not cut short).
+    async def rounds(self) -> Answer | None:
+        """The loop itself, within `loop_timeout`; None when an answer already went to the client as the app sent it,
+        or the client left: a client that disconnects during the loop ends it at once, with no reply.
 
-        A client that disconnects during the loop ends it at once, with no reply.
+        Every call of the app is awaited in this frame: no other of the loop's own waits while a stream's round
+        lasts (a gateway holds thousands of them: benchmarks case 12).
         """
         timeout = self.settings.loop_timeout
         self.client.guarded = True
         try:
-            if timeout is None:
-                answer = await self.rounds()
-            else:
-                async with asyncio.timeout(timeout) as self.dispatch.deadline:
-                    answer = await self.rounds()
+            async with _NO_DEADLINE if timeout is None else asyncio.timeout(timeout) as self.dispatch.deadline:
+                answer = self.taken(await self.call_app(await self.first_body()))
+                if answer is None or not self.loops():
+                    return answer  # no reruns for this request: the app's answer as it is, no hook asked
+                while answer.data is not None:
+                    step = await self.ask_hooks(answer, answer.data)
+                    if isinstance(step, Answer):
+                        return step
+                    answer = None  # the judged round's answer is not held while the next round streams
+                    self.take(step)
+                    if self.observer.wants(self.round):  # the judged round is reported before the next begins
+                        await self.observer.round_done(self.round)
+                    answer = self.taken(await self.rerun(step))
+                    if answer is None:
+                        self.stop_reason = "app_answer"
+                        return None
+                    if isinstance(step, Closing) and answer.data is not None:  # an empty closing answer: closing_text
+                        filled = self.surface.filled(answer.data, self.settings.closing_text)
+                        if filled is not answer.data:
+                            answer = answer.replaced(filled)
+                if self.depth:
+                    self.stop_reason = "app_answer"
+                return answer
         except asyncio.CancelledError:
             if self.client.absorb():
                 self.stop_reason = "client_disconnect"
@@ -233,8 +254,47 @@ class AgenticLoop(AskingHooks, Replies):
             raise LoopTimeout(f"the agentic loop took longer than loop_timeout={timeout:g} s") from None
         finally:
             self.client.guarded = False
-        if answer is None:
-            return None
+
+    async def first_body(self) -> bytes:
+        """The first call's body: the client's, or what the pre-call and request hooks made of it (its bytes are held
+        by the call alone, so that a long history's are not held for the rest of the loop)."""
+        raw, self.request_bytes = self.request_bytes, b""
+        self.limit = self.request_limit()  # set by an outer middleware, if any
+        if self.may_loop() and (self.request_hooks or self.pre_call_hooks):
+            raw = await self.prepared(raw)
+        elif self.guardrail_hooks:  # no loop, yet the guardrails judge the request
+            raw = await self.prepared(raw, guardrails_only=True)
+        await self.begin_stream()
+        return raw
+
+    def may_loop(self) -> bool:
+        return bool(self.limit) and not self.checks_only
+
+    def loops(self) -> bool:
+        """After the first answer: whether this request reruns at all."""
+        looping = self.may_loop()  # a pre-call hook may have set the limit
+        # A tool policy's cap of 0: no tool was declared, and a call the model makes anyway is removed, not sent on.
+        looping = looping or (self.policy is not None and self.policy.max_agentic_loops == 0 and not self.checks_only)
+        self.limit = self.request_limit()  # or by the app, during its first call
+        return looping
+
+    def take(self, step: Rerun | Closing | Denied) -> None:
+        """The next body a round's step gives, and what the round's record says of it."""
+        if isinstance(step, Rerun):
+            self.executed.append(step)
+            self.body = self.patched(step)
+            self.round.outcome = "rerun"
+            self.round.hook = step.hook.name
+        elif isinstance(step, Denied):  # the loop's own round: no plan ran, so no post or cleanup hook
+            self.body = step.body
+            self.round.outcome = "denied"
+            self.round.hook = step.hook.name
+        else:  # the closing call: no plan of a hook, so no post or cleanup hook of its own
+            self.body = step.body
+            self.round.outcome = "closing"
+
+    async def ended(self, answer: Answer) -> Reply:
+        """The loop's answer after the post and cleanup hooks (which a disconnect does not cut short), as the reply."""
         if self.executed:  # the post and cleanup hooks of the plans that ran
             answer = await self.unwind(answer)
         if self.chains is not None and (self.depth or self.stop_reason != "finished"):
@@ -244,57 +304,6 @@ class AgenticLoop(AskingHooks, Replies):
                 self.scope, self.body, self.app_answer, answer.data, self.events, self.stop_reason, self.limit
             )
         return self.accounted(answer)
-
-    async def rounds(self) -> Answer | None:
-        """The loop itself; None when an answer already went to the client as the app sent it."""
-        raw, self.request_bytes = self.request_bytes, b""  # held by this frame alone, until the first call is over
-        self.limit = self.request_limit()  # set by an outer middleware, if any
-        may_loop = bool(self.limit) and not self.checks_only
-        if may_loop and (self.request_hooks or self.pre_call_hooks):
-            raw = await self.prepared(raw)
-        elif self.guardrail_hooks:  # no loop, yet the guardrails judge the request
-            raw = await self.prepared(raw, guardrails_only=True)
-        await self.begin_stream()
-        answer = self.taken(await self.call_app(raw))
-        del raw  # a long history's bytes are not held for the rest of the loop
-        if answer is None:
-            return None
-        looping = may_loop and bool(self.limit)  # a pre-call hook may have set the limit
-        # A tool policy's cap of 0: no tool was declared, and a call the model makes anyway is removed, not sent on.
-        looping = looping or (self.policy is not None and self.policy.max_agentic_loops == 0 and not self.checks_only)
-        self.limit = self.request_limit()  # or by the app, during its first call
-        if not looping:
-            return answer  # no reruns for this request: the app's answer as it is, no hook asked
-        while answer.data is not None:
-            step = await self.ask_hooks(answer, answer.data)
-            if isinstance(step, Answer):
-                return step
-            if isinstance(step, Rerun):
-                self.executed.append(step)
-                self.body = self.patched(step)
-                self.round.outcome = "rerun"
-                self.round.hook = step.hook.name
-            elif isinstance(step, Denied):  # the loop's own round: no plan ran, so no post or cleanup hook
-                self.body = step.body
-                self.round.outcome = "denied"
-                self.round.hook = step.hook.name
-            else:  # the closing call: no plan of a hook, so no post or cleanup hook of its own
-                self.body = step.body
-                self.round.outcome = "closing"
-            answer = None  # the judged round's answer is not held while the next round streams
-            if self.observer.wants(self.round):  # the judged round is reported before the next begins
-                await self.observer.round_done(self.round)
-            answer = self.taken(await self.rerun(step))
-            if answer is None:
-                self.stop_reason = "app_answer"
-                return None
-            if isinstance(step, Closing) and answer.data is not None:  # an empty closing answer gets closing_text
-                filled = self.surface.filled(answer.data, self.settings.closing_text)
-                if filled is not answer.data:
-                    answer = answer.replaced(filled)
-        if self.depth:
-            self.stop_reason = "app_answer"
-        return answer
 
     def rerun(self, step: Rerun | Closing | Denied) -> Coroutine[Any, Any, Answer | None]:
         """The next round: one call of the app with the current body, the same for every rerun and the closing call
@@ -380,3 +389,4 @@ def _usage(answer: Answer | None) -> Any:
 
 
 _NO_SPAN = contextlib.nullcontext()
+_NO_DEADLINE = contextlib.nullcontext()  # as `asyncio.timeout(None)`, its `as` target None, without an object per loop
