@@ -224,7 +224,7 @@ class AskingHooks(RequestEnds):
         for name in [name for name in body if is_internal_field(name)]:
             del body[name]
         if patch.kwargs:
-            self.patch_kwargs.update(patch.kwargs)
+            self.patch_kwargs = {**self.patch_kwargs, **patch.kwargs}
             if "max_agentic_loops" in patch.kwargs:
                 try:
                     self.limit = loop_limit(

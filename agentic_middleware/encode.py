@@ -14,6 +14,7 @@ tool result) reaches the app.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, SupportsIndex
 
@@ -260,6 +261,13 @@ class WatchedList(list[Any]):
 _WATCHED = (WatchedDict, WatchedObject, WatchedList)
 
 
+@functools.cache
+def _opening(field: str) -> bytes:
+    """What begins the messages in a body: one for all encoders of a field, as an encoder lasts as long as its
+    request."""
+    return f',"{field}":['.encode()
+
+
 class BodyEncoder:
     """Serializes one client request's successive rerun bodies.
 
@@ -270,11 +278,10 @@ class BodyEncoder:
     messages begin, a view of them made only when they are reused (a view and its buffer are some 250 bytes).
     """
 
-    __slots__ = ("body", "field", "opening", "sent", "stamp", "start")
+    __slots__ = ("body", "field", "sent", "stamp", "start")
 
     def __init__(self, field: str = "messages") -> None:
         self.field = field  # the body field that holds the conversation
-        self.opening = f',"{field}":['.encode()
         self.sent: list[Any] = []  # the message objects already written, as they stood then
         self.body = b""  # the last body written, whose bytes from `start` to its last two are those messages
         self.start = 0
@@ -306,7 +313,9 @@ class BodyEncoder:
             parts = [self.items(), b",", memoryview(dumps(tail))[1:-1]] if tail else [self.items()]
         else:
             parts = [memoryview(dumps(messages))[1:-1]]  # one call: orjson writes the array, we drop its brackets
-        opening = self.opening[1:] if head == b"{}" else self.opening
+        opening = _opening(self.field)
+        if head == b"{}":
+            opening = opening[1:]
         raw = b"".join((memoryview(head)[:-1], opening, *parts, b"]}"))
         start = len(head) - 1 + len(opening)
         self.stamp.written = False

@@ -92,7 +92,7 @@ class RequestEnds:
     # a few (one per rerun, within the loop limit) and an empty set alone is 216 bytes a stream.
     seen: tuple[tuple[tuple[str, bytes], ...], ...]
     closed: bool
-    patch_kwargs: dict[str, Any]
+    patch_kwargs: Mapping[str, Any]  # what the plans' patches and the pre-call lifecycle carry to later hooks
     executed: list[Rerun]
     _logging_obj: AgenticLoopLogging | None
     _encoder: BodyEncoder | None
@@ -199,7 +199,8 @@ class RequestEnds:
                 name: value for name, value in result.body.items() if name not in ("stream", "stream_options")
             }
         self.streaming = result.stream  # what gates see; a client's stream is still answered as one
-        self.patch_kwargs.update(result.carried)
+        if result.carried:
+            self.patch_kwargs = {**self.patch_kwargs, **result.carried}
         if "max_agentic_loops" in result.carried:
             try:
                 self.limit = loop_limit(result.carried["max_agentic_loops"], "the pre-call kwargs")

@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -107,7 +108,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.depth = 0
         self.seen = ()  # the rounds' fingerprints (see `RequestEnds.seen`)
         self.closed = False  # the closing call was made: no round after it reruns
-        self.patch_kwargs = {}
+        self.patch_kwargs = _NO_KWARGS  # replaced, never changed in place: most requests have none
         self.executed = []
         self.client = ClientWatch(receive)
         self.write = ClientWriter(send, self.client)  # what the loop itself writes stops once the client left
@@ -138,14 +139,7 @@ class AgenticLoop(AskingHooks, Replies):
 
     async def run(self) -> None:
         """Answer the client exactly once, and run every executed plan's cleanup hook."""
-        with (
-            _NO_SPAN
-            if self.observer.tracer is None
-            else self.observer.span(
-                f"agentic_loop {self.surface.name}",
-                **{"agentic_loop.call_id": self.call_id, "gen_ai.request.model": self.body.get("model")},
-            )
-        ) as span:
+        with _NO_SPAN if self.observer.tracer is None else self.loop_span() as span:
             reply: Reply | None = None
             try:
                 if self.events is not None:
@@ -172,14 +166,7 @@ class AgenticLoop(AskingHooks, Replies):
                 if self.observer.wants(self.round):
                     await self.observer.round_done(self.round)
                 if span is not None:
-                    set_attributes(
-                        span,
-                        **{
-                            "agentic_loop.reruns": self.depth,
-                            "agentic_loop.retries": self.retried + self.round.retries,
-                            "agentic_loop.ended_by": self.stop_reason,
-                        },
-                    )
+                    self.note_end(span)
             try:
                 await self.respond(reply)
             except asyncio.CancelledError:
@@ -187,6 +174,25 @@ class AgenticLoop(AskingHooks, Replies):
                 raise
             finally:
                 self.client.stop()
+
+    def loop_span(self) -> Any:
+        """The request's span, when tracing is on (made here, not in `run`, whose frame lasts as long as the stream:
+        a call written out in it makes that frame larger)."""
+        return self.observer.span(
+            f"agentic_loop {self.surface.name}",
+            **{"agentic_loop.call_id": self.call_id, "gen_ai.request.model": self.body.get("model")},
+        )
+
+    def note_end(self, span: Any) -> None:
+        """How the loop ended, on its span."""
+        set_attributes(
+            span,
+            **{
+                "agentic_loop.reruns": self.depth,
+                "agentic_loop.retries": self.retried + self.round.retries,
+                "agentic_loop.ended_by": self.stop_reason,
+            },
+        )
 
     async def respond(self, reply: Reply | None) -> None:
         """Write the one reply, unless the client left; the writer stops if it leaves meanwhile."""
@@ -389,4 +395,5 @@ def _usage(answer: Answer | None) -> Any:
 
 
 _NO_SPAN = contextlib.nullcontext()
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 _NO_DEADLINE = contextlib.nullcontext()  # as `asyncio.timeout(None)`, its `as` target None, without an object per loop

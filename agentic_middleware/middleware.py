@@ -137,26 +137,7 @@ class AgenticLoopMiddleware:
             elif scope["type"] == "websocket" and self.guarded and self.surface_of(scope["path"]) is not None:
                 await send({"type": "websocket.close", "code": 1008, "reason": "guardrails cannot judge websockets"})
             elif (counted := self._count_route(scope)) is not None:
-                if not self.lifecycle.started and not await self._started(counted, send):
-                    return
-                policy = None
-                if self.settings.tool_policy is not None:  # the count holds the tools this caller's turn would get
-                    read, policy = await self._policy(scope, counted, send)
-                    if not read:
-                        return
-                await count(
-                    self.tool_hooks,
-                    counted,
-                    self.providers[counted.name],
-                    self.app,
-                    scope,
-                    receive,
-                    send,
-                    chains=self.chains,
-                    max_body_bytes=self.settings.max_body_bytes,
-                    hook_timeout=self.settings.hook_timeout,
-                    policy=policy,
-                )
+                await self._count(counted, scope, receive, send)
             elif (last := self._beside_responses(scope)) is not None:
                 assert self.chains is not None
                 await beside(self.chains, self.app, scope, receive, send, last, self.settings.max_body_bytes)
@@ -167,6 +148,30 @@ class AgenticLoopMiddleware:
         if loop is not None:
             with self.lifecycle.in_flight:  # a shut-down waits for the loop, its cancellation included
                 await loop.run()
+
+    async def _count(self, counted: Surface, scope: Scope, receive: Receive, send: Send) -> None:
+        """A token count on a route with a tool hook (counting.py). A method of its own, so that `__call__`'s frame,
+        which lasts as long as a looped stream, is not made larger by this call's many arguments."""
+        if not self.lifecycle.started and not await self._started(counted, send):
+            return
+        policy = None
+        if self.settings.tool_policy is not None:  # the count holds the tools this caller's turn would get
+            read, policy = await self._policy(scope, counted, send)
+            if not read:
+                return
+        await count(
+            self.tool_hooks,
+            counted,
+            self.providers[counted.name],
+            self.app,
+            scope,
+            receive,
+            send,
+            chains=self.chains,
+            max_body_bytes=self.settings.max_body_bytes,
+            hook_timeout=self.settings.hook_timeout,
+            policy=policy,
+        )
 
     async def _loop_for(
         self, surface: Surface, compact: bool, scope: Scope, receive: Receive, send: Send
