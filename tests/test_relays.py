@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import orjson
 import pytest
+from conftest import http_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streams import USER, anthropic_client, anthropic_final, cut, event_stream, openai_final, sdk_dump, sse_app
@@ -305,6 +306,48 @@ async def test_a_delta_passed_on_unread_that_is_not_a_readable_delta_fails_the_r
     with pytest.raises(anthropic.APIStatusError, match="could not be read"):
         async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
             await stream.get_final_message()
+
+
+MISSPELLED = [  # a text delta in the shape `pass_on` takes unread, whose string JSON cannot read
+    b"a\\x",  # an escape JSON does not have
+    b"\xff\xfe",  # not UTF-8
+    b"a\tb",  # a control character, which a JSON string cannot hold as it is
+    b"\\ud83d",  # half of a character (orjson refuses it)
+]
+
+
+@pytest.mark.parametrize("spelled", MISSPELLED)
+async def test_a_delta_taken_unread_whose_string_is_not_json_ends_the_round_with_an_error_not_a_tool_call(
+    spelled: bytes,
+) -> None:
+    """The open block's text deltas are read when the block ends (`Spelled`): one whose string is not JSON reached
+    the client as the app sent it, and then the round cannot be read. It ends with the route's error event, its
+    tool call never runs, and no answer of it is judged."""
+    ran: list[str] = []
+
+    @server_tool(name="lookup")
+    async def noted(key: str) -> str:
+        ran.append(key)
+        return key
+
+    events = list(sse.messages_events(message("hello", tool_use("lookup", {"key": "k"}, "toolu_1"))))
+    bad = (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
+        b'"text":"' + spelled + b'"}}\n\n'
+    )
+    events.insert(3, bad)  # after message_start, content_block_start and the block's one delta
+    model = ScriptedModel(event_stream(events))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])
+    async with http_client(app) as client:
+        response = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
+        )
+    assert response.status_code == 200
+    assert bad in response.content  # it reached the client as it came
+    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
+    error = orjson.loads(last[6:])
+    assert error["type"] == "error" and "could not be read" in error["error"]["message"]
+    assert ran == [] and len(model.requests) == 1
 
 
 TWICE = [  # a delta naming its block twice, as JSON allows: its last key wins, in orjson, Python's json and JSON.parse

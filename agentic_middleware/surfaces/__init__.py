@@ -111,6 +111,24 @@ class Pieces:
         return "".join(self.parts)
 
 
+class Spelled(bytearray):
+    """A string that arrives in pieces, kept as the JSON strings that spelled them, without their quotes and each
+    followed by `","` (`a","b","`), and read once, when joined, as one JSON array: each piece is read on its own, as
+    the client's SDK reads it. A piece that came as JSON is kept as it was spelled (`MessagesRelay.pass_on`), so that
+    its text costs nothing until its block ends, provided it has no quote and does not end in a backslash (either
+    could make it two items, or join it to the next). One that cannot be read fails when joined (`str` raises
+    `ValueError`): the block's text is not known."""
+
+    __slots__ = ()
+
+    def add(self, piece: str) -> None:
+        self += orjson.dumps(piece)[1:-1]
+        self += b'","'
+
+    def __str__(self) -> str:
+        return "".join(orjson.loads(b'["' + self[:-3] + b'"]')) if self else ""
+
+
 class StreamRelay(ABC):
     """One streaming client's response in one wire format, across every round of its loop (`Surface.relay`).
 

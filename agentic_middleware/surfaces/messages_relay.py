@@ -12,7 +12,7 @@ from ..native import NativeCall, NativeRun
 from ..native.messages import cited, pair, server_id, server_tool_use
 from ..payload import UNREAD
 from ..sse_reader import ServerSentEvent
-from . import AppStreamError, Pieces, StreamMismatch, StreamRelay
+from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
 
 _NOTHING: tuple[bytes, ...] = ()
 
@@ -21,6 +21,9 @@ _NOTHING: tuple[bytes, ...] = ()
 # where its data begins.
 _PASSED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _PASSED_DATA = len(b"event: content_block_delta\ndata: ")
+# The deltas of the open block that `pass_on` takes unread: the one shape, to its string's opening quote.
+_SPELLED = b'%s%%d,"delta":{"type":"%%s_delta","%%s":"' % _PASSED
+_STREAMED = frozenset(("text", "thinking"))  # the blocks whose deltas are read when the block ends
 
 
 class MessagesRelay(StreamRelay):
@@ -48,16 +51,53 @@ class MessagesRelay(StreamRelay):
         self.held: list[bytes] = []
         self.message: dict[str, Any] | None = None
         self.blocks: dict[int, dict[str, Any]] = {}
-        self.pieces: dict[tuple[int, str], Pieces] = {}  # streamed strings, joined when their block stops
+        self.pieces: dict[tuple[int, str], Spelled] = {}  # streamed strings, joined when their block stops
         self.stopped = False
+        self.lane: bytes | None = None  # the start of the open block's deltas `pass_on` takes unread (`_SPELLED`)
+        self.lane_size = 0
+        self.lane_index = -1
+        self.lane_text = Spelled()  # the open block's streamed string
+        self.lane_moved = b""  # the same start for the client, with the index moved after the earlier rounds' blocks
+
+    def open_lane(self, index: int, kind: Any) -> None:
+        """A text or thinking block started: its deltas in the one shape are taken unread until it stops."""
+        if self.holding or kind not in _STREAMED or type(index) is not int:
+            self.close_lane()
+            return
+        name = b"text" if kind == "text" else b"thinking"
+        self.lane = _SPELLED % (index, name, name)
+        self.lane_size = len(self.lane)
+        self.lane_moved = _SPELLED % (index + self.base, name, name)
+        self.lane_index = index
+        self.lane_text = self.pieces.setdefault((index, kind), Spelled())
+
+    def close_lane(self) -> None:
+        self.lane, self.lane_size = None, 0  # `chunk[:0] == None` is false: `pass_on` takes nothing
 
     def pass_on(self, chunk: bytes) -> bytes | None:
         """A delta of a block before any tool call, without the SSE reader: the bytes are checked for the one shape
-        that allows it (the Anthropic API's own), and the delta is read as `feed` reads it. In the first round it goes
-        out as it came; in a later one it is written anew with its index moved after the earlier rounds' blocks, as
-        `feed` writes it: moving the index in the bytes costs as much, and would leave the client reading another
-        block than the hooks' answer has when the index is given twice (JSON's last key wins, however it is
-        spelled)."""
+        that allows it (the Anthropic API's own).
+
+        A text or thinking delta of the open block (`open_lane`) is taken unread: its string, as it is spelled, is
+        added to the block's (`Spelled`), to be read when the block ends, as the client's SDK reads each. It needs no
+        quote within its string (no second key, no second event) and no backslash before its closing quote. Any
+        other delta in the shape is read as `feed` reads it. In the first round a delta goes out as it came; in a
+        later one with its index moved after the earlier rounds' blocks: an unread one by its start spelled anew
+        (`lane_moved`), a read one written anew as `feed` writes it (moving the index in bytes it has not checked
+        would leave the client reading another block than the hooks' answer has when the index is given twice:
+        JSON's last key wins, however it is spelled)."""
+        # A slice compared costs less than `startswith`, which parses its arguments; `find` answers two questions.
+        size = self.lane_size
+        if (
+            chunk[:size] == self.lane
+            and chunk.find(b'"', size) == len(chunk) - 5  # its first quote closes its string: none within it
+            and chunk[-4:] == b"}}\n\n"
+            and chunk[-6] != 92  # no backslash before that quote
+        ):
+            text = self.lane_text
+            text += chunk[size:-5]  # as `Spelled` keeps it
+            text += b'","'
+            return self.lane_moved + chunk[size:] if self.base else chunk
         if (
             self.holding
             or not chunk.startswith(_PASSED)
@@ -69,18 +109,7 @@ class MessagesRelay(StreamRelay):
         payload = orjson.loads(chunk[_PASSED_DATA:-2])  # not JSON: the stream cannot be read, as in `feed`
         if type(payload) is not dict or payload.get("type") != "content_block_delta":
             return None  # another event under the delta's name (JSON's last key wins): `feed` reads it
-        # A text delta of a block that has text already, as most are, is added here; any other, by `delta`.
-        delta = payload["delta"]
-        pieces = self.pieces.get((payload["index"], "text"))
-        if (
-            pieces is not None
-            and type(delta) is dict
-            and delta.get("type") == "text_delta"
-            and type(text := delta.get("text")) is str
-        ):
-            pieces.add(text)
-        else:
-            self.delta(payload)
+        self.delta(payload)
         if not self.base:
             return chunk
         payload["index"] += self.base
@@ -99,10 +128,13 @@ class MessagesRelay(StreamRelay):
                 self.holding = True
             if not self.holding:
                 self.sent += 1
+            self.open_lane(index, block.get("type"))
             return self.out(event, kind, payload)
         if kind == "content_block_stop":
             index = payload["index"]
             block = self.blocks[index]
+            if index == self.lane_index:
+                self.close_lane()
             self.joined(index, "text")  # a call's input is read at the round's end (`body`), with any delta after this
             self.joined(index, "thinking")
             if self.records and block.get("type") == "text" and isinstance(block.get("text"), str):
@@ -156,7 +188,7 @@ class MessagesRelay(StreamRelay):
             raise TypeError(f"a delta's {name} is {type(text).__name__}, not a string")
         pieces = self.pieces.get((index, name))
         if pieces is None:
-            pieces = self.pieces[index, name] = Pieces()
+            pieces = self.pieces[index, name] = Spelled()
         pieces.add(text)
 
     def out(self, event: ServerSentEvent, kind: str, payload: dict[str, Any]) -> Sequence[bytes]:
