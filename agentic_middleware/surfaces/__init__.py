@@ -113,11 +113,13 @@ class Pieces:
 
 class Spelled(bytearray):
     """A string that arrives in pieces, kept as the JSON strings that spelled them, without their quotes and each
-    followed by `","` (`a","b","`), and read once, when joined, as one JSON array: each piece is read on its own, as
-    the client's SDK reads it. A piece that came as JSON is kept as it was spelled (`MessagesRelay.pass_on`), so that
-    its text costs nothing until its block ends, provided it has no quote and does not end in a backslash (either
-    could make it two items, or join it to the next). One that cannot be read fails when joined (`str` raises
-    `ValueError`): the block's text is not known."""
+    followed by `","` (`a","b","`), and read once, when joined: each piece is read as the client's SDK reads it, on
+    its own. A piece that came as JSON is kept as it was spelled (`MessagesRelay.pass_on`), so that its text costs
+    nothing until its block ends, provided it has no quote and does not end in a backslash: then every escape in it
+    is whole but a `\\u` one (four digits), and `","` is never within a piece (a quote in a JSON string follows a
+    backslash). So the pieces are read as one string once the separators are taken out, unless a `\\u` escape may be
+    cut between two (then as one JSON array, each piece an item, which holds an object for each piece until joined).
+    One that cannot be read fails when joined (`str` raises `ValueError`): the block's text is not known."""
 
     __slots__ = ()
 
@@ -126,7 +128,15 @@ class Spelled(bytearray):
         self += b'","'
 
     def __str__(self) -> str:
-        return "".join(orjson.loads(b'["' + self[:-3] + b'"]')) if self else ""
+        if not self:
+            return ""
+        if b"\\u" in self:
+            return "".join(orjson.loads(b'["' + self[:-3] + b'"]'))
+        whole = self.replace(b'","', b"")
+        whole.insert(0, 34)  # the quotes around it
+        whole.append(34)
+        text: str = orjson.loads(whole)
+        return text
 
 
 class StreamRelay(ABC):
@@ -139,6 +149,8 @@ class StreamRelay(ABC):
     stream (one message start, increasing block indexes, one id). At the end of the round `body` is the
     answer the hooks judge. When the loop is done, `finish` ends the client's stream with its answer.
     """
+
+    __slots__ = ()  # a relay of its own may have them: thousands of streams each hold one
 
     def keepalive(self) -> bytes | None:
         """A keep-alive in the stream's own terms, numbered where the stream is, for clients that reset their idle

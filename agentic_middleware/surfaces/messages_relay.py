@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,8 +22,17 @@ _NOTHING: tuple[bytes, ...] = ()
 # where its data begins.
 _PASSED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _PASSED_DATA = len(b"event: content_block_delta\ndata: ")
-# The deltas of the open block that `pass_on` takes unread: the one shape, to its string's opening quote.
 _SPELLED = b'%s%%d,"delta":{"type":"%%s_delta","%%s":"' % _PASSED
+
+
+@functools.lru_cache(maxsize=256)
+def _lane(index: int, kind: str) -> bytes:
+    """The start of a block's deltas that `pass_on` takes unread: the one shape, to its string's opening quote (made
+    once for every stream: a stream's blocks have the indexes of every other's)."""
+    name = kind.encode()
+    return _SPELLED % (index, name, name)
+
+
 _STREAMED = frozenset(("text", "thinking"))  # the blocks whose deltas are read when the block ends
 
 
@@ -34,6 +44,11 @@ class MessagesRelay(StreamRelay):
     holding the rest keeps the client's blocks in the app's order. Native records go out between rounds,
     and the text after them gets `citations_delta`s of their results before its `content_block_stop`.
     """
+
+    __slots__ = (
+        *("started", "base", "sent", "recorded", "records", "announced", "holding", "held", "message", "blocks"),
+        *("pieces", "stopped", "lane", "lane_size", "lane_index", "lane_text", "lane_moved"),
+    )
 
     def __init__(self) -> None:
         self.started = False  # the client has a `message_start`
@@ -64,10 +79,9 @@ class MessagesRelay(StreamRelay):
         if self.holding or kind not in _STREAMED or type(index) is not int:
             self.close_lane()
             return
-        name = b"text" if kind == "text" else b"thinking"
-        self.lane = _SPELLED % (index, name, name)
+        self.lane = _lane(index, kind)
         self.lane_size = len(self.lane)
-        self.lane_moved = _SPELLED % (index + self.base, name, name)
+        self.lane_moved = _lane(index + self.base, kind)
         self.lane_index = index
         self.lane_text = self.pieces.setdefault((index, kind), Spelled())
 
