@@ -130,7 +130,7 @@ class Spelled(bytearray):
     def __str__(self) -> str:
         if not self:
             return ""
-        if b"\\u" in self:
+        if self.find(b"\\u") >= 0:
             return "".join(orjson.loads(b'["' + self[:-3] + b'"]'))
         whole = self.replace(b'","', b"")
         whole.insert(0, 34)  # the quotes around it
