@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streams import USER, anthropic_client, anthropic_final, cut, event_stream, openai_final, sdk_dump, sse_app
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool, sse
+from agentic_middleware import AgenticLoopMiddleware, CustomLogger, ServerTools, server_tool, sse
 from agentic_middleware.observe import sum_usage
 from agentic_middleware.sse_reader import ServerSentEvent, SSEReader
 from agentic_middleware.surfaces import AppStreamError, StreamMismatch, StreamRelay, surfaces
@@ -306,6 +306,29 @@ async def test_a_delta_passed_on_unread_that_is_not_a_readable_delta_fails_the_r
     with pytest.raises(anthropic.APIStatusError, match="could not be read"):
         async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
             await stream.get_final_message()
+
+
+@pytest.mark.parametrize("text", ['a",b', 'x\\",\\', "\\u00e9 é \u2028", 'say "hi", then \\"bye\\"'])
+async def test_a_streamed_text_whose_pieces_end_in_an_escaped_quote_or_backslash_reaches_the_hooks_whole(
+    text: str,
+) -> None:
+    """Pieces of a block's text that the lane cannot take (a quote within) are kept spelled anew beside those it
+    takes: however they end (an escaped quote then the comma that follows every piece, a backslash), the hooks and
+    the client read the same text."""
+    judged: list[str] = []
+
+    class Judge(CustomLogger):
+        agentic_loop_streaming = "live"
+
+        async def async_should_run_agentic_loop(self, response: Any, **_: Any) -> tuple[bool, dict[str, Any]]:
+            judged.append(response.content[0].text)
+            return False, {}
+
+    events = list(sse.messages_events(message(text), chunk_size=3))
+    client = anthropic_client(AgenticLoopMiddleware(ScriptedModel(event_stream(events)), hooks=[Judge()]))
+    async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
+        final = await stream.get_final_message()
+    assert [block.text for block in final.content if block.type == "text"] == [text] and judged == [text]
 
 
 MISSPELLED = [  # a text delta in the shape `pass_on` takes unread, whose string JSON cannot read

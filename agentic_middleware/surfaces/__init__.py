@@ -116,10 +116,11 @@ class Spelled(bytearray):
     followed by `","` (`a","b","`), and read once, when joined: each piece is read as the client's SDK reads it, on
     its own. A piece that came as JSON is kept as it was spelled (`MessagesRelay.pass_on`), so that its text costs
     nothing until its block ends, provided it has no quote and does not end in a backslash: then every escape in it
-    is whole but a `\\u` one (four digits), and `","` is never within a piece (a quote in a JSON string follows a
-    backslash). So the pieces are read as one string once the separators are taken out, unless a `\\u` escape may be
-    cut between two (then as one JSON array, each piece an item, which holds an object for each piece until joined).
-    One that cannot be read fails when joined (`str` raises `ValueError`): the block's text is not known."""
+    is whole but a `\\u` one (four digits). Where no piece holds an escaped quote, every quote is a separator's, so
+    the pieces are read as one string once the separators are taken out; where one does (`\\"` then a comma would
+    look like one), or where a `\\u` escape may be cut between two pieces, as one JSON array, each piece an item
+    (which holds an object for each piece until joined). One that cannot be read fails when joined (`str` raises
+    `ValueError`): the block's text is not known."""
 
     __slots__ = ()
 
@@ -130,7 +131,7 @@ class Spelled(bytearray):
     def __str__(self) -> str:
         if not self:
             return ""
-        if self.find(b"\\u") >= 0:
+        if self.find(b'\\"') >= 0 or self.find(b"\\u") >= 0:
             return "".join(orjson.loads(b'["' + self[:-3] + b'"]'))
         whole = self.replace(b'","', b"")
         whole.insert(0, 34)  # the quotes around it

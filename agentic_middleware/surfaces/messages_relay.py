@@ -87,6 +87,7 @@ class MessagesRelay(StreamRelay):
 
     def close_lane(self) -> None:
         self.lane, self.lane_size = None, 0  # `chunk[:0] == None` is false: `pass_on` takes nothing
+        self.lane_text = Spelled()  # the block's own is joined into it: not held twice
 
     def pass_on(self, chunk: bytes) -> bytes | None:
         """A delta of a block before any tool call, without the SSE reader: the bytes are checked for the one shape
