@@ -172,7 +172,7 @@ class AskingHooks(RequestEnds):
         return None
 
     def has_gate(self, hook: BoundHook) -> bool:
-        return any(hook.methods[gate] is not None for gate in self.surface.gates)
+        return hook.implements_any(self.surface.gates)
 
     async def other_claims(self, refused: BoundHook, shown: _Shown) -> list[Any]:
         """What the other hooks' gates claim, so that a refused round removes every server call."""

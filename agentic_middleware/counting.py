@@ -122,7 +122,9 @@ async def _declared(
     for hook in hooks:
         try:
             async with asyncio.timeout(timeout):
-                changed = await hook.call(REQUEST_HOOK, request=body, logging_obj=logging_obj, kwargs=dict(kwargs))
+                changed = await hook.call(
+                    REQUEST_HOOK, {"request": body, "logging_obj": logging_obj, "kwargs": dict(kwargs)}
+                )
         except TimeoutError:
             raise HookError(hook.name, REQUEST_HOOK, f"timed out after hook_timeout={timeout:g} s") from None
         if isinstance(changed, dict):

@@ -24,14 +24,10 @@ _PER_CALL = frozenset((b"accept-encoding", b"content-length", b"transfer-encodin
 
 
 class Reply(NamedTuple):
-    """The one response the client gets: a start message and the whole body.
-
-    `data`, when set, is the object the body was written from just now, which no hook sees again: a stream's closing
-    events are written from it rather than from its bytes read back (`LiveStream.closing`)."""
+    """The one response the client gets: a start message and the whole body."""
 
     start: Message
     body: bytes
-    data: Any = None
 
 
 class Answer:
@@ -67,13 +63,12 @@ class Answer:
         ending together held that much each (benchmarks case 12, docs/performance.md)."""
         return Answer(self.start, own_size(dumps(data)), data, rewritten=True)
 
-    def reply(self, extra_headers: Iterable[tuple[bytes, bytes]] = (), written_from: Any = None) -> Reply:
-        """The reply of this answer; `written_from`: the object its bytes were written from just now (`Reply.data`)."""
+    def reply(self, extra_headers: Iterable[tuple[bytes, bytes]] = ()) -> Reply:
         extra_headers = list(extra_headers)
         if not self.rewritten and not extra_headers:
-            return Reply(self.start, self.raw, written_from)
+            return Reply(self.start, self.raw)
         headers = with_length(self.start["headers"], len(self.raw)) if self.rewritten else self.start["headers"]
-        return Reply({**self.start, "headers": [*headers, *extra_headers]}, self.raw, written_from)
+        return Reply({**self.start, "headers": [*headers, *extra_headers]}, self.raw)
 
 
 def _leniently(start: Message, raw: bytes, rewritten: bool) -> Answer:

@@ -277,11 +277,11 @@ class RequestEnds:
                 attributes = {"agentic_loop.hook": hook.name, "agentic_loop.depth": self.depth}
                 with self.observer.span(f"agentic_hook {method}", **attributes):
                     async with asyncio.timeout(timeout):
-                        return await hook.call(method, **arguments)
+                        return await hook.call(method, arguments)
             if timeout is None:
-                return await hook.call(method, **arguments)
+                return await hook.call(method, arguments)
             async with asyncio.timeout(timeout):
-                return await hook.call(method, **arguments)
+                return await hook.call(method, arguments)
         except TimeoutError:
             raise HookError(hook.name, method, f"timed out after hook_timeout={timeout:g} s") from None
         finally:

@@ -286,10 +286,9 @@ class LiveStream:
         return [self.error_event(status if status >= 400 else 502, message, code)]
 
     def answer_of(self, reply: Reply) -> Any:
-        """The reply's body as an object: the one its bytes were written from when it is known (the loop's summed
-        answer, the last round's as the relay built it), else its bytes read (None when they are not JSON)."""
-        if reply.data is not None:
-            return reply.data
+        """The reply's body as an object: when they are the last round's very bytes, the answer the relay built them
+        from (JSON's own types by construction, parsed from the app's events), else its bytes read (None when they are
+        not JSON). Not a hook's object: it may hold what JSON writes otherwise (a tuple, an SDK object)."""
         if self.judged is not None and reply.body is self.judged[0]:
             return self.judged[1]
         try:

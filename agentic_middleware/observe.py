@@ -58,6 +58,8 @@ def _level(record: RoundRecord) -> int:
 
 
 _NUMBERS = (int, float)  # a tuple, not `int | float`, which makes a new union object at every check
+# A dict is checked first (a parsed answer's usage is one): the ABC's check alone is a Python call each time.
+MAPPINGS = (dict, Mapping)
 
 
 def _is_count(value: Any) -> bool:
@@ -66,7 +68,7 @@ def _is_count(value: Any) -> bool:
 
 def sum_usage(usages: Sequence[Any]) -> Any:
     """The usage of every call added up: numbers are summed (nested counters too), anything else is the last call's."""
-    dicts = [usage for usage in usages if isinstance(usage, Mapping)]
+    dicts = [usage for usage in usages if isinstance(usage, MAPPINGS)]
     if not dicts:
         return usages[-1] if usages else None
     columns: dict[Any, list[Any]] = {}  # each key's values that are not None, in call order; keys as first seen
@@ -81,7 +83,7 @@ def sum_usage(usages: Sequence[Any]) -> Any:
     for key, values in columns.items():
         if values and all(map(_is_count, values)):
             total[key] = sum(values)
-        elif values and all(isinstance(v, Mapping) for v in values):
+        elif values and all(isinstance(v, MAPPINGS) for v in values):
             total[key] = sum_usage(values)
         else:
             total[key] = dicts[-1].get(key)
@@ -101,11 +103,11 @@ def turn_usage(
     A call whose usage has `iterations` of its own (an upstream that ran server tools or compaction) is listed by
     them, as it reported them."""
     top = sum_usage([hooks_usage, *usages]) if summed else final
-    if not isinstance(top, Mapping):
+    if not isinstance(top, MAPPINGS):
         return top
     listed: list[Any] = []
     for usage in usages:
-        if not isinstance(usage, Mapping):
+        if not isinstance(usage, MAPPINGS):
             continue
         own = usage.get(ITERATIONS)
         if isinstance(own, list) and own:
@@ -119,13 +121,13 @@ def usage_added(before: Any, after: Any) -> dict[str, Any] | None:
     """The counters `after` has beyond `before` (new ones whole, grown ones by how much they grew), nested ones
     too: what a post hook added to a usage, so that summing the calls' usages keeps it. A counter that shrank adds
     nothing: what the model calls used is the floor of the total, whatever a hook writes."""
-    if not isinstance(after, Mapping):
+    if not isinstance(after, MAPPINGS):
         return None
-    before = before if isinstance(before, Mapping) else {}
+    before = before if isinstance(before, MAPPINGS) else {}
     added: dict[str, Any] = {}
     for key, value in after.items():
         old = before.get(key)
-        if isinstance(value, Mapping):
+        if isinstance(value, MAPPINGS):
             inner = usage_added(old, value)
             if inner:
                 added[key] = inner

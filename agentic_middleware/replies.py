@@ -15,7 +15,7 @@ from .dispatch import Answer, Reply
 from .ends import RequestEnds
 from .errors import HookError, LoopError, RequestRefused
 from .observe import ENDED_BY_HEADER, RERUNS_HEADER, RETRIES_HEADER, STOP_REASON_HEADER, turn_usage
-from .payload import parse_object
+from .payload import JSONObject, parse_object
 
 
 class Replies(RequestEnds):
@@ -47,9 +47,8 @@ class Replies(RequestEnds):
                     self.surface.sums_usage if summed is None else summed,
                     self.surface.usage_entry,
                 )
-                if usage is not None:  # written now, and no hook sees it again: a live stream closes from it
-                    final = {**data, "usage": usage}
-                    return answer.replaced(final).reply(self.loop_headers(), written_from=final)
+                if usage is not None:
+                    answer = answer.replaced(JSONObject(data, usage=usage))
         return answer.reply(self.loop_headers())
 
     def loop_headers(self, ended_by: str | None = None) -> list[tuple[bytes, bytes]]:

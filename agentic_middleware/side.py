@@ -30,6 +30,7 @@ PROBE_TOKENS = 1
 CODEX_METADATA = "x-codex-turn-metadata"
 CODEX_SIDE_KINDS = frozenset({"compaction"})
 _CODEX_HEADER = CODEX_METADATA.encode()
+_CODEX_LENGTH = len(_CODEX_HEADER)
 
 _NONE_CHOICES: Mapping[str, Any] = {"messages": {"type": "none"}, "chat_completions": "none", "responses": "none"}
 _TOKEN_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -71,7 +72,11 @@ def _get(value: Any, name: str) -> Any:
 
 def _codex_kind(body: Mapping[str, Any], scope: Scope | None) -> Any:
     """The `request_kind` of Codex's turn metadata: the header's, else the body's `client_metadata`'s."""
-    raw = next((value for name, value in (scope or {}).get("headers", ()) if name.lower() == _CODEX_HEADER), None)
+    raw = None
+    for name, value in (scope or {}).get("headers", ()):  # every request's: a name of another length is not lowered
+        if len(name) == _CODEX_LENGTH and name.lower() == _CODEX_HEADER:
+            raw = value
+            break
     if raw is None:
         raw = _get(body.get("client_metadata"), CODEX_METADATA)
     if not isinstance(raw, bytes | str):

@@ -144,6 +144,30 @@ async def test_a_live_streams_held_tail_reaches_the_client_in_one_message_that_e
     assert final.content[-1].text == "Known."  # type: ignore[union-attr]
 
 
+async def test_a_live_streams_closing_events_hold_what_a_post_hook_returned_as_json_reads_it() -> None:
+    # A post hook's answer reaches the client as its JSON: here its content a tuple, which JSON writes as an array.
+    # The closing events are written from the answer read back from its bytes, not from the hook's own objects.
+    script = iter([message("Checking.", tool_use("lookup", {"key": "k"}), usage=USAGE), message("Known.", usage=USAGE)])
+
+    async def model(scope: Any, receive: Any, send: Any) -> None:
+        await read_body(receive)
+        await event_stream(sse.messages_events(next(script), chunk_size=5))(scope, receive, send)
+
+    class Tupled(ServerTools):
+        async def async_post_agentic_loop_response_hook(self, response: Any, plan: Any, kwargs: dict[str, Any]) -> Any:
+            return {**response, "content": tuple(response["content"])}
+
+    app = AgenticLoopMiddleware(model, hooks=[Tupled([lookup])])
+    request = {"model": "m", "max_tokens": 50, "stream": True, "messages": USER}
+    sent, task = raw_exchange(app, Route("messages"), request)
+    await asyncio.wait_for(task, 5)
+    bodies = [message["body"] for message in [sent.get_nowait() for _ in range(sent.qsize())][1:]]
+    assert b"event: error" not in b"".join(bodies)
+    final = await anthropic_final(bodies)
+    assert [block.type for block in final.content] == ["text", "text"]
+    assert final.content[-1].text == "Known."  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("route", [Route("messages"), Route("chat")], ids=["messages", "chat"])
 async def test_headers_go_out_at_once_and_keep_alives_flow_while_a_slow_tool_runs(route: Route) -> None:
     release = asyncio.Event()

@@ -11,6 +11,7 @@ from .. import sse
 from ..error_types import ANTHROPIC_TYPES
 from ..native import NativeFormat
 from ..native.messages import MessagesNative
+from ..observe import MAPPINGS
 from ..payload import JSONObject, unread_input
 from . import Claims, StreamRelay, Surface, ToolResult, with_id
 from .messages_relay import MessagesRelay
@@ -64,8 +65,9 @@ class Messages(Surface):
         for key in _ITERATION_TOKENS:
             value = usage.get(key)
             entry[key] = value if isinstance(value, int) and not isinstance(value, bool) else 0
-        if isinstance(usage.get("cache_creation"), Mapping):
-            entry["cache_creation"] = usage["cache_creation"]
+        cache = usage.get("cache_creation")
+        if isinstance(cache, MAPPINGS):
+            entry["cache_creation"] = cache
         return entry
 
     def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
