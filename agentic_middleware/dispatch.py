@@ -128,7 +128,8 @@ class Dispatcher:
         self.read_stream = read_stream  # an event stream answering a call that did not stream, as its JSON answer
         scope.setdefault("state", {})
         self.scope = scope  # never given to the app itself: each call's is a copy
-        self.headers = [header for header in scope["headers"] if header[0] not in _PER_CALL]
+        # A tuple: it lasts as long as the request, and a list made so is larger by its spare room.
+        self.headers = tuple(header for header in scope["headers"] if header[0] not in _PER_CALL)
         self.receive = receive  # what the app receives after its body: the client's, or our disconnect fan-out
         self.send = send
         self.limit = limit
@@ -144,7 +145,7 @@ class Dispatcher:
     def set_headers(self, headers: Headers) -> None:
         """Headers the operator puts on every call; the client's own of the same names are dropped."""
         names = {name for name, _ in headers}
-        self.headers = [(name, value) for name, value in self.headers if name.lower() not in names] + headers
+        self.headers = (*((name, value) for name, value in self.headers if name.lower() not in names), *headers)
 
     def forwarding(self) -> None:
         """An answer starts going to the client: no error reply may follow, and no timeout of ours cuts it

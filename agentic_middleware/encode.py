@@ -282,7 +282,7 @@ class BodyEncoder:
 
     def __init__(self, field: str = "messages") -> None:
         self.field = field  # the body field that holds the conversation
-        self.sent: list[Any] = []  # the message objects already written, as they stood then
+        self.sent: tuple[Any, ...] = ()  # the message objects already written, as they stood then
         self.body = b""  # the last body written, whose bytes from `start` to its last two are those messages
         self.start = 0
         self.stamp = Stamp()
@@ -295,7 +295,7 @@ class BodyEncoder:
         """The bytes of `body`, with its messages last; its messages become watched."""
         messages = body.get(self.field)
         if not isinstance(messages, list):
-            self.sent, self.body, self.start = [], b"", 0
+            self.sent, self.body, self.start = (), b"", 0
             return dumps(body)
         head = dumps({key: value for key, value in body.items() if key != self.field})
         sent = self.sent
@@ -322,5 +322,5 @@ class BodyEncoder:
         unwatched = slice(len(sent) if reuse else 0, None)  # written in place: `list`'s own, not the watched list's
         stamp = self.stamp
         list.__setitem__(messages, unwatched, [_wrapped(item, stamp) for item in list.__getitem__(messages, unwatched)])
-        self.sent, self.body, self.start = list(messages), raw, start
+        self.sent, self.body, self.start = tuple(messages), raw, start
         return raw

@@ -114,7 +114,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.write = ClientWriter(send, self.client)  # what the loop itself writes stops once the client left
         self.stop_reason = "finished"
         self.plan_stop_reason = None
-        self.usages: list[Any] = []
+        self.usages = ()  # each call's, in order: a tuple, as a list is larger by its spare room
         self.hooks_usage = None  # what post hooks added to the final usage (a server tool's counters)
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self._logging_obj = None
@@ -384,7 +384,7 @@ class AgenticLoop(AskingHooks, Replies):
         if isinstance(self.send, ShownIds) and answer.data is not None:  # the client never sees a round's own id
             self.send.round(answer.data.get("id"), getattr(self.events, "relay", None))
         usage = _usage(answer)
-        self.usages.append(usage)
+        self.usages += (usage,)
         self.round.usage = usage
         return answer
 

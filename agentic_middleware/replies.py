@@ -23,7 +23,7 @@ class Replies(RequestEnds):
 
     __slots__ = ()  # its state is `RequestEnds`' and `AgenticLoop`'s
 
-    usages: list[Any]  # every model call's usage, for a looped answer's (`turn_usage`)
+    usages: tuple[Any, ...]  # every model call's usage, for a looped answer's (`turn_usage`)
     retried: int  # retries of the rounds before the current one (`retries.py`)
     write: ClientWriter
 
