@@ -4,6 +4,7 @@ client's stream across rounds is one that the SDKs' accumulators parse."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import anthropic
@@ -367,6 +368,105 @@ async def test_a_delta_taken_unread_whose_string_is_not_json_ends_the_round_with
         )
     assert response.status_code == 200
     assert bad in response.content  # it reached the client as it came
+    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
+    error = orjson.loads(last[6:])
+    assert error["type"] == "error" and "could not be read" in error["error"]["message"]
+    assert ran == [] and len(model.requests) == 1
+
+
+CUT = [  # a character's UTF-8 cut between two deltas: neither line is UTF-8, as the client's SDK decodes each
+    (b"\xe2\x82", b"\xac"),  # the euro sign
+    (b"a\xc3", b"\xa9b"),
+    (b"\xf0\x9f", b"\x98\x80 ok"),  # a smiley, four bytes
+]
+
+
+@pytest.mark.parametrize("kind", ["text", "thinking"])
+@pytest.mark.parametrize(("head", "tail"), CUT)
+async def test_a_character_cut_between_two_deltas_taken_unread_ends_the_round_with_an_error_not_a_tool_call(
+    kind: str, head: bytes, tail: bytes
+) -> None:
+    """Each delta's string is read on its own, as the client's SDK reads each event's line (it decodes it as UTF-8,
+    strictly, and raises on half a character): two deltas that are UTF-8 only when joined are not readable, so the
+    round ends with the error event and its tool call never runs, as when one delta alone is not UTF-8."""
+    ran: list[str] = []
+
+    @server_tool(name="lookup")
+    async def noted(key: str) -> str:
+        ran.append(key)
+        return key
+
+    block: dict[str, Any] = {"type": "text", "text": "hello"}
+    if kind == "thinking":
+        block = {"type": "thinking", "thinking": "hm", "signature": "sig"}
+    events = list(sse.messages_events(message(block, tool_use("lookup", {"key": "k"}, "toolu_1"))))
+    start = (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"%s_delta",'
+        b'"%s":"' % (kind.encode(), kind.encode())
+    )
+    halves = [start + head + b'"}}\n\n', start + tail + b'"}}\n\n']
+    events[3:3] = halves  # after message_start, content_block_start and the block's one delta
+    model = ScriptedModel(event_stream(events), event_stream(list(sse.messages_events(message("done")))))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])) as client:
+        response = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
+        )
+    with pytest.raises(UnicodeDecodeError):  # what the SDK makes of the app's own stream
+        await anthropic_final(events)
+    assert b"".join(halves) in response.content  # they reached the client as they came
+    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
+    error = orjson.loads(last[6:])
+    assert error["type"] == "error" and "could not be read" in error["error"]["message"]
+    assert ran == [] and len(model.requests) == 1
+
+
+def _started(index: int, block: dict[str, Any]) -> bytes:
+    return sse.named_event(
+        "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+    )
+
+
+OUT_OF_PLACE = {  # blocks started where the client's SDK, which places each block by the order they start, would not
+    "a second start for block 0": lambda events: [
+        *events[:4],  # message_start, the text block's start and its two deltas
+        _started(0, {"type": "thinking", "thinking": "", "signature": ""}),
+        *events[4:],
+    ],
+    "a block started before message_start": lambda events: [events[1], events[0], *events[2:]],
+    "the first block numbered 1": lambda events: [
+        re.sub(rb'"index":0([,}])', rb'"index":1\1', event) if b'"index":0' in event else event for event in events
+    ],
+}
+
+
+@pytest.mark.parametrize("shape", list(OUT_OF_PLACE))
+async def test_a_block_started_out_of_its_place_ends_the_round_with_an_error_not_a_tool_call(shape: str) -> None:
+    """The client's SDK places a block by the order it starts and adds each delta to the block at its `index` in
+    that list: a second start for one index (the text shown in the first block, the hooks given only the second, a
+    thinking one), a block before the message's start or a first block numbered 1 (the SDK fails on them), leave the
+    hooks judging another message than the client's. The round ends with the error event, its tool call never run."""
+    ran: list[str] = []
+
+    @server_tool(name="lookup")
+    async def noted(key: str) -> str:
+        ran.append(key)
+        return key
+
+    events = list(sse.messages_events(message("shown", tool_use("lookup", {"key": "k"}, "toolu_1"))))
+    events.insert(3, events[2].replace(b"shown", b" text"))  # a second delta of the text block
+    events = OUT_OF_PLACE[shape](events)
+    if shape == "a second start for block 0":
+        final = await anthropic_final(events)  # the SDK reads it: the text is its first block's
+        assert [block.type for block in final.content[:2]] == ["text", "thinking"]
+        assert final.content[0].text == "shown text"  # type: ignore[union-attr]
+    else:
+        with pytest.raises(IndexError):  # on the first delta: the SDK has no block at its index
+            await anthropic_final(events)
+    model = ScriptedModel(event_stream(events), event_stream(list(sse.messages_events(message("done")))))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])) as client:
+        response = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
+        )
     last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
     error = orjson.loads(last[6:])
     assert error["type"] == "error" and "could not be read" in error["error"]["message"]

@@ -119,8 +119,10 @@ class Spelled(bytearray):
     is whole but a `\\u` one (four digits). Where no piece holds an escaped quote, every quote is a separator's, so
     the pieces are read as one string once the separators are taken out; where one does (`\\"` then a comma would
     look like one), or where a `\\u` escape may be cut between two pieces, as one JSON array, each piece an item
-    (which holds an object for each piece until joined). One that cannot be read fails when joined (`str` raises
-    `ValueError`): the block's text is not known."""
+    (which holds an object for each piece until joined). A character's UTF-8 may be cut between two pieces too (the
+    client's SDK decodes each event's line on its own, and raises on it): the separators, kept in the one-string
+    reading's bytes until then, make such a cut invalid UTF-8, which is checked first. One that cannot be read fails
+    when joined (`str` raises `ValueError`): the block's text is not known."""
 
     __slots__ = ()
 
@@ -133,6 +135,8 @@ class Spelled(bytearray):
             return ""
         if self.find(b'\\"') >= 0 or self.find(b"\\u") >= 0:
             return "".join(orjson.loads(b'["' + self[:-3] + b'"]'))
+        if not self.isascii():
+            self.decode()  # each piece UTF-8 on its own: a character cut between two is none (`UnicodeDecodeError`)
         whole = self.replace(b'","', b"")
         whole.insert(0, 34)  # the quotes around it
         whole.append(34)

@@ -138,6 +138,11 @@ class MessagesRelay(StreamRelay):
             return self.out(event, kind, payload)
         if kind == "content_block_start":
             index = payload["index"]
+            if self.message is None or type(index) is not int or index != len(self.blocks):
+                # The client's SDK places a block by the order blocks start, in the message `message_start` began, and
+                # adds a delta to the block at its `index` in that list: a block started out of that place would leave
+                # the hooks another message than the client's.
+                raise ValueError(f"content_block_start for block {index!r} where block {len(self.blocks)} starts")
             block = self.blocks[index] = dict(payload["content_block"])
             if block.get("type") == "tool_use":
                 self.holding = True
