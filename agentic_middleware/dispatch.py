@@ -185,14 +185,10 @@ class Dispatcher:
                 else:
                     async with asyncio.timeout(self.timeout) as self.timer:
                         await self.app(scope, replay(body, self.receive), capture.send)
-            except TimeoutError:
-                failure = self.timed_out()
             except Exception as error:
                 if capture.forwarded:
                     raise  # the client already has the app's own answer under way
-                failure = ModelAppError(f"the model app failed: {type(error).__name__}")
-                failure.transient = True
-                failure.__cause__ = error
+                failure = self.failed(error)
             finally:
                 self.heard = capture.heard
                 record.app_seconds += perf_counter() - started
@@ -209,11 +205,16 @@ class Dispatcher:
                 return answer
             await retries.wait(record, delay, failure, start)
 
-    def timed_out(self) -> ModelAppError:
-        """What a `TimeoutError` out of the app's call is: `app_timeout` if ours expired, else the app's own error."""
-        if self.timer is None or not self.timer.expired():
-            return ModelAppError("the model app failed: TimeoutError")
-        return ModelAppTimeout(f"the model app did not answer within app_timeout={self.timeout:g} s")
+    def failed(self, error: Exception) -> ModelAppError:
+        """What an exception out of the app's call is: `app_timeout` when it is the `TimeoutError` of ours that
+        expired, else the app's own failure. Both are transient (a rerun is tried again): a `TimeoutError` the app
+        raised itself (its own upstream's timeout) is a failure of the app as any other it raises."""
+        if isinstance(error, TimeoutError) and self.timer is not None and self.timer.expired():
+            return ModelAppTimeout(f"the model app did not answer within app_timeout={self.timeout:g} s")
+        failure = ModelAppError(f"the model app failed: {type(error).__name__}")
+        failure.transient = True
+        failure.__cause__ = error
+        return failure
 
     def answer(self, capture: ResponseCapture) -> Answer | None:
         """What a call that returned gave: its answer, None when it went to the client as the app sent it, or the

@@ -317,6 +317,37 @@ async def test_a_rerun_past_app_timeout_is_retried_and_its_tool_runs_once() -> N
     assert records[-1].retries == 1 and headers["x-agentic-loop-retries"] == "1"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_rerun_whose_app_raises_its_own_timeout_error_is_retried_as_any_failure_it_raises(stream: bool) -> None:
+    """A `TimeoutError` the app raises itself (its own upstream's timeout: aiohttp's is one), with no `app_timeout`
+    of ours, is a failure of the app like any other it raises: the rerun is tried again (docs/errors.md), not
+    ended with a 500 while a `RuntimeError` would have been retried."""
+
+    def timed_out(request: RecordedRequest) -> Any:
+        raise TimeoutError("the upstream did not answer")
+
+    records: list[RoundRecord] = []
+    model = ScriptedModel(first("messages", stream), timed_out, final("messages", stream))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], on_round=records.append)
+    text, headers = await ask(app, "messages", stream)
+    assert text == "The value is v." and RUNS == ["k"] and len(model.requests) == 3
+    assert records[-1].retries == 1
+    if not stream:
+        assert headers["x-agentic-loop-retries"] == "1"
+
+
+async def test_the_first_calls_own_timeout_error_reaches_the_client_as_the_apps_failure() -> None:
+    def timed_out(request: RecordedRequest) -> Any:
+        raise TimeoutError("the upstream did not answer")
+
+    model = ScriptedModel(timed_out, default=final("messages", False))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])])
+    with pytest.raises(anthropic.InternalServerError) as raised:
+        await ask(app, "messages", False)
+    assert raised.value.status_code == 500 and len(model.requests) == 1  # the first call is never retried
+    assert raised.value.body["error"]["message"] == "the model app failed: TimeoutError"  # type: ignore[index]
+
+
 def test_rerun_retries_must_be_a_whole_number(tmp_path: Any) -> None:
     with pytest.raises(ConfigurationError, match="rerun_retries"):
         AgenticLoopMiddleware(ScriptedModel(), rerun_retries=-1)
