@@ -257,6 +257,9 @@ class AgenticLoop(AskingHooks, Replies):
                 return None
             raise
         except TimeoutError:
+            deadline = self.dispatch.deadline
+            if deadline is None or not deadline.expired():
+                raise  # not the loop's: the app's own, after its answer began going to the client as it came
             raise LoopTimeout(f"the agentic loop took longer than loop_timeout={timeout:g} s") from None
         finally:
             self.client.guarded = False

@@ -489,6 +489,28 @@ async def test_an_app_that_fails_mid_answer_gives_the_client_one_response_start(
     assert [start["status"] for start in client.starts] == [503]
 
 
+@pytest.mark.parametrize("loop_timeout", [None, 30.0], ids=["no-loop-timeout", "loop-timeout"])
+async def test_an_app_that_times_out_on_its_own_mid_answer_is_re_raised_as_it_is_not_as_a_loop_timeout(
+    route: Route, loop_timeout: float | None
+) -> None:
+    """A `TimeoutError` of the app's own (its upstream's) after its answer began reaching the client reaches the
+    server as it is, as any other exception then: not read as `loop_timeout`'s, which did not expire (without one,
+    reading it so was a TypeError of its own)."""
+
+    async def half_then_time_out(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"overloaded, part 1", "more_body": True})
+        raise TimeoutError("the upstream did not answer")
+
+    raw = orjson.dumps(route.request())
+    client = Client(raw)
+    app = AgenticLoopMiddleware(half_then_time_out, hooks=[ToolHook()], loop_timeout=loop_timeout)
+    with pytest.raises(TimeoutError, match="the upstream did not answer"):
+        await app(http_scope(route.path, raw), client.receive, client.send)
+    assert [start["status"] for start in client.starts] == [503]
+
+
 async def test_the_loop_timeout_does_not_cut_an_answer_already_going_to_the_client(route: Route) -> None:
     async def lines() -> Any:  # neither JSON nor events: it goes on as it comes
         yield b"part 1\n"
