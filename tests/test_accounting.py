@@ -293,6 +293,31 @@ async def test_spans_form_one_tree_per_client_request(route: Route, monkeypatch:
     assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in hook_spans)
 
 
+async def test_a_retried_rerun_is_one_span_and_the_request_span_counts_its_retry(
+    route: Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun's retry is a try within its round's span (docs/accounting.md), whose usage is the answer's that ended
+    the tries; the request's span counts the retry."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr("opentelemetry.trace.get_tracer", provider.get_tracer)
+
+    overloaded = JSONResponse({"error": {"type": "overloaded_error", "message": "o"}}, 529, {"retry-after-ms": "1"})
+    model = ScriptedModel(route.calls(("lookup", {"k": 1})), overloaded, route.text("done"))
+    app = AgenticLoopMiddleware(model, hooks=[ToolHook()], tracing=True)
+    async with http_client(app) as client:
+        response = await post(client, route, route.request())
+    assert route.final_text(response.json()) == "done" and len(model.requests) == 3
+
+    spans = exporter.get_finished_spans()
+    root = next(span for span in spans if span.name.startswith("agentic_loop "))
+    assert root.attributes is not None and root.attributes["agentic_loop.retries"] == 1
+    model_calls = [span for span in spans if span.name == "chat scripted"]
+    assert [span.attributes["agentic_loop.depth"] for span in model_calls if span.attributes] == [0, 1]
+    assert all(span.attributes and span.attributes["gen_ai.usage.input_tokens"] == 10 for span in model_calls)
+
+
 def test_nothing_is_imported_for_tracing_unless_it_is_turned_on() -> None:
     code = (
         "import sys, asyncio\n"
