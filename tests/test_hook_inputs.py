@@ -84,6 +84,29 @@ async def test_each_client_request_gets_its_own_call_id(route: Route) -> None:
     assert len(ids) == 2
 
 
+async def test_a_hooks_edits_of_its_scope_never_reach_another_request(route: Route) -> None:
+    """`kwargs["scope"]` is the client request's own scope (docs/hooks.md): what a hook writes in it, its headers and
+    state included, is gone with that request; the next request's hooks and calls see their own as sent."""
+
+    class Meddling(ToolHook):
+        async def async_should_run_agentic_loop(self, **arguments: Any) -> Any:
+            scope = arguments["kwargs"]["scope"]
+            seen.append((scope["path"], dict(scope["headers"]).get(b"x-meddled"), scope["state"].get("meddled")))
+            scope["headers"].append((b"x-meddled", b"1"))
+            scope["state"]["meddled"] = True
+            return await super().async_should_run_agentic_loop(**arguments)
+
+    seen: list[tuple[Any, ...]] = []
+    model = ScriptedModel(route.calls(("lookup", {"k": 1})), route.text("a"), route.calls(("lookup", {"k": 2})))
+    model.default = route.text("b")
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Meddling()])) as client:
+        await post(client, route, route.request())
+        await post(client, route, route.request())
+    # Each request's first gate sees its scope as sent; its second, what its own first gate wrote.
+    assert seen == [(route.path, None, None), (route.path, b"1", True)] * 2
+    assert all(request.headers.get("x-meddled") is None for request in model.requests)  # never sent on a call
+
+
 async def test_custom_llm_provider_is_set_on_the_middleware(route: Route) -> None:
     hook = ToolHook()
     model = ScriptedModel(route.text("a"), route.text("b"))
