@@ -473,6 +473,47 @@ async def test_a_block_started_out_of_its_place_ends_the_round_with_an_error_not
     assert ran == [] and len(model.requests) == 1
 
 
+def _delta(index: int, delta: dict[str, Any]) -> bytes:
+    return sse.named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+async def test_a_delta_of_a_kind_its_block_does_not_take_is_left_out_of_the_hooks_answer_as_the_sdk_leaves_it() -> None:
+    """The SDKs add a text or citations delta to a text block only, a thinking or signature delta to a thinking block
+    only, tool input to a tool call only, and leave out any other: the hooks judge the same blocks, not a thinking
+    block with a `text` the client never shows (nor a text block with a forged `signature`, sent back to the app)."""
+    judged: list[Any] = []
+
+    class Judge(CustomLogger):
+        agentic_loop_streaming = "live"
+
+        async def async_should_run_agentic_loop(self, response: Any, **_: Any) -> tuple[bool, dict[str, Any]]:
+            judged.append(orjson.loads(orjson.dumps(response)))
+            return False, {}
+
+    thinking = {"type": "thinking", "thinking": "hm", "signature": "sig"}
+    events = list(sse.messages_events(message(thinking, "shown")))
+    citation = {"type": "char_location", "cited_text": "x", "document_index": 0, "start_char_index": 0}
+    events[7:7] = [  # into the text block, before its stop
+        _delta(1, {"type": "thinking_delta", "thinking": "unseen"}),
+        _delta(1, {"type": "signature_delta", "signature": "forged"}),
+        _delta(1, {"type": "input_json_delta", "partial_json": '{"a": 1}'}),
+    ]
+    events[4:4] = [  # into the thinking block, before its stop
+        _delta(0, {"type": "text_delta", "text": "unseen"}),
+        _delta(0, {"type": "citations_delta", "citation": {**citation, "end_char_index": 1}}),
+        _delta(0, {"type": "input_json_delta", "partial_json": '{"a": 1}'}),
+    ]
+    client = anthropic_client(AgenticLoopMiddleware(ScriptedModel(event_stream(events)), hooks=[Judge()]))
+    async with client.messages.stream(model="m", max_tokens=64, messages=USER) as stream:
+        final = await stream.get_final_message()
+    assert sdk_dump(final) == sdk_dump(await anthropic_final(events))  # the client reads what the app's stream holds
+    assert [(block.type, getattr(block, "text", None)) for block in final.content] == [
+        ("thinking", None),
+        ("text", "shown"),
+    ]
+    assert judged[0]["content"] == [thinking, {"type": "text", "text": "shown"}]
+
+
 TWICE = [  # a delta naming its block twice, as JSON allows: its last key wins, in orjson, Python's json and JSON.parse
     b'"index":0,"index":0,',
     b'"index":0,"index" : 0,',

@@ -34,6 +34,7 @@ def _lane(index: int, kind: str) -> bytes:
 
 
 _STREAMED = frozenset(("text", "thinking"))  # the blocks whose deltas are read when the block ends
+_TAKES_INPUT = frozenset(("tool_use", "server_tool_use", "mcp_tool_use"))  # the blocks the SDKs add tool input to
 
 
 class MessagesRelay(StreamRelay):
@@ -185,21 +186,28 @@ class MessagesRelay(StreamRelay):
         return self.out(event, kind, payload)  # an event type this version does not know: as it came
 
     def delta(self, payload: dict[str, Any]) -> None:
-        """Add a `content_block_delta` to its block."""
+        """Add a `content_block_delta` to its block, as the SDKs add it: each kind only to the blocks that take it
+        (a text delta to a text block...), any other left out, as the client's message leaves it."""
         index = payload["index"]
         delta = payload["delta"]
         block = self.blocks[index]
+        kind = block.get("type")
         match delta.get("type"):
             case "text_delta":
-                self.piece(index, "text", delta["text"])
+                if kind == "text":
+                    self.piece(index, "text", delta["text"])
             case "input_json_delta":
-                self.piece(index, "input", delta["partial_json"])
+                if kind in _TAKES_INPUT:
+                    self.piece(index, "input", delta["partial_json"])
             case "thinking_delta":
-                self.piece(index, "thinking", delta["thinking"])
+                if kind == "thinking":
+                    self.piece(index, "thinking", delta["thinking"])
             case "signature_delta":
-                block["signature"] = delta["signature"]
+                if kind == "thinking":
+                    block["signature"] = delta["signature"]
             case "citations_delta":
-                block.setdefault("citations", []).append(delta["citation"])
+                if kind == "text":
+                    block.setdefault("citations", []).append(delta["citation"])
             case _:
                 _merge(block, {key: value for key, value in delta.items() if key != "type"})
 
