@@ -473,17 +473,23 @@ def test_any_exchange_gets_exactly_one_well_formed_response(
     assert client.sent[-1]["type"] == "http.response.body" and not client.sent[-1].get("more_body", False)
 
 
-async def test_an_app_that_fails_mid_answer_gives_the_client_one_response_start(route: Route) -> None:
-    async def half_then_crash(scope: Any, receive: Any, send: Any) -> None:
+def half_then(error: Exception) -> Any:
+    """A model app that begins a 503 answer, then raises `error` (its upstream reset it, or timed out)."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
         await receive()
         await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.body", "body": b"overloaded, part 1", "more_body": True})
-        raise RuntimeError("connection reset")
+        raise error
 
+    return app
+
+
+async def test_an_app_that_fails_mid_answer_gives_the_client_one_response_start(route: Route) -> None:
     raw = orjson.dumps(route.request())
     client = Client(raw)
     with pytest.raises(RuntimeError, match="connection reset"):  # re-raised for the server to log and close
-        await AgenticLoopMiddleware(half_then_crash, hooks=[ToolHook()])(
+        await AgenticLoopMiddleware(half_then(RuntimeError("connection reset")), hooks=[ToolHook()])(
             http_scope(route.path, raw), client.receive, client.send
         )
     assert [start["status"] for start in client.starts] == [503]
@@ -497,15 +503,11 @@ async def test_an_app_that_times_out_on_its_own_mid_answer_is_re_raised_as_it_is
     server as it is, as any other exception then: not read as `loop_timeout`'s, which did not expire (without one,
     reading it so was a TypeError of its own)."""
 
-    async def half_then_time_out(scope: Any, receive: Any, send: Any) -> None:
-        await receive()
-        await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
-        await send({"type": "http.response.body", "body": b"overloaded, part 1", "more_body": True})
-        raise TimeoutError("the upstream did not answer")
-
     raw = orjson.dumps(route.request())
     client = Client(raw)
-    app = AgenticLoopMiddleware(half_then_time_out, hooks=[ToolHook()], loop_timeout=loop_timeout)
+    app = AgenticLoopMiddleware(
+        half_then(TimeoutError("the upstream did not answer")), hooks=[ToolHook()], loop_timeout=loop_timeout
+    )
     with pytest.raises(TimeoutError, match="the upstream did not answer"):
         await app(http_scope(route.path, raw), client.receive, client.send)
     assert [start["status"] for start in client.starts] == [503]

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streams import USER, anthropic_client, anthropic_final, cut, event_stream, openai_final, sdk_dump, sse_app
 
-from agentic_middleware import AgenticLoopMiddleware, CustomLogger, ServerTools, server_tool, sse
+from agentic_middleware import AgenticLoopMiddleware, CustomLogger, ServerTool, ServerTools, server_tool, sse
 from agentic_middleware.observe import sum_usage
 from agentic_middleware.sse_reader import ServerSentEvent, SSEReader
 from agentic_middleware.surfaces import AppStreamError, StreamMismatch, StreamRelay, surfaces
@@ -340,6 +340,18 @@ MISSPELLED = [  # a text delta in the shape `pass_on` takes unread, whose string
 ]
 
 
+def noted_lookup() -> tuple[ServerTool, list[str]]:
+    """A `lookup` server tool that notes the key of each call it runs (none, when a round fails closed)."""
+    ran: list[str] = []
+
+    @server_tool(name="lookup")
+    async def noted(key: str) -> str:
+        ran.append(key)
+        return key
+
+    return noted, ran
+
+
 @pytest.mark.parametrize("spelled", MISSPELLED)
 async def test_a_delta_taken_unread_whose_string_is_not_json_ends_the_round_with_an_error_not_a_tool_call(
     spelled: bytes,
@@ -347,12 +359,7 @@ async def test_a_delta_taken_unread_whose_string_is_not_json_ends_the_round_with
     """The open block's text deltas are read when the block ends (`Spelled`): one whose string is not JSON reached
     the client as the app sent it, and then the round cannot be read. It ends with the route's error event, its
     tool call never runs, and no answer of it is judged."""
-    ran: list[str] = []
-
-    @server_tool(name="lookup")
-    async def noted(key: str) -> str:
-        ran.append(key)
-        return key
+    noted, ran = noted_lookup()
 
     events = list(sse.messages_events(message("hello", tool_use("lookup", {"key": "k"}, "toolu_1"))))
     bad = (
@@ -389,12 +396,7 @@ async def test_a_character_cut_between_two_deltas_taken_unread_ends_the_round_wi
     """Each delta's string is read on its own, as the client's SDK reads each event's line (it decodes it as UTF-8,
     strictly, and raises on half a character): two deltas that are UTF-8 only when joined are not readable, so the
     round ends with the error event and its tool call never runs, as when one delta alone is not UTF-8."""
-    ran: list[str] = []
-
-    @server_tool(name="lookup")
-    async def noted(key: str) -> str:
-        ran.append(key)
-        return key
+    noted, ran = noted_lookup()
 
     block: dict[str, Any] = {"type": "text", "text": "hello"}
     if kind == "thinking":
@@ -445,12 +447,7 @@ async def test_a_block_started_out_of_its_place_ends_the_round_with_an_error_not
     that list: a second start for one index (the text shown in the first block, the hooks given only the second, a
     thinking one), a block before the message's start or a first block numbered 1 (the SDK fails on them), leave the
     hooks judging another message than the client's. The round ends with the error event, its tool call never run."""
-    ran: list[str] = []
-
-    @server_tool(name="lookup")
-    async def noted(key: str) -> str:
-        ran.append(key)
-        return key
+    noted, ran = noted_lookup()
 
     events = list(sse.messages_events(message("shown", tool_use("lookup", {"key": "k"}, "toolu_1"))))
     events.insert(3, events[2].replace(b"shown", b" text"))  # a second delta of the text block
