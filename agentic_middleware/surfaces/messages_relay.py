@@ -84,7 +84,7 @@ class MessagesRelay(StreamRelay):
         self.lane_size = len(self.lane)
         self.lane_moved = _lane(index + self.base, kind)
         self.lane_index = index
-        self.lane_text = self.pieces.setdefault((index, kind), Spelled())
+        self.lane_text = self.pieces[index, kind] = Spelled()  # a block starts once (`feed` refuses a second start)
 
     def close_lane(self) -> None:
         self.lane, self.lane_size = None, 0  # `chunk[:0] == None` is false: `pass_on` takes nothing
