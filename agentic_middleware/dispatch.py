@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import Any, NamedTuple
 
@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .asgi import Headers, replay, with_length
 from .capture import ResponseCapture
 from .errors import ModelAppError, ModelAppTimeout
-from .observe import RoundRecord
+from .observe import MAPPINGS, RoundRecord
 from .payload import dumps, own_size, parse_object
 from .retries import RETRY_STATUSES, Retries
 from .sniff import warn_unjudged
@@ -53,7 +53,7 @@ class Answer:
     def usage(self) -> Any:
         """The usage as written, whatever a post hook returned: a mapping's own, else read from the bytes it was
         written as (a pydantic object, such as the SDKs' `Message`), so that a hook's changes count the same."""
-        data = self.data if self.data is None or isinstance(self.data, Mapping) else parse_object(self.raw)
+        data = self.data if self.data is None or isinstance(self.data, MAPPINGS) else parse_object(self.raw)
         return data.get("usage") if data is not None else None
 
     def replaced(self, data: Any) -> Answer:
@@ -129,7 +129,7 @@ class Dispatcher:
         scope.setdefault("state", {})
         self.scope = scope  # never given to the app itself: each call's is a copy
         # A tuple: it lasts as long as the request, and a list made so is larger by its spare room.
-        self.headers = tuple(header for header in scope["headers"] if header[0] not in _PER_CALL)
+        self.headers = tuple([header for header in scope["headers"] if header[0] not in _PER_CALL])
         self.receive = receive  # what the app receives after its body: the client's, or our disconnect fan-out
         self.send = send
         self.limit = limit

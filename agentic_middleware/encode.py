@@ -297,7 +297,12 @@ class BodyEncoder:
         if not isinstance(messages, list):
             self.sent, self.body, self.start = (), b"", 0
             return dumps(body)
-        head = dumps({key: value for key, value in body.items() if key != self.field})
+        if type(body) is dict:  # most bodies: copied in C, the messages taken out
+            fields = dict(body)
+            del fields[self.field]
+        else:
+            fields = {key: value for key, value in body.items() if key != self.field}
+        head = dumps(fields)
         sent = self.sent
         parts: list[bytes | memoryview]
         reuse = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any, NamedTuple
@@ -22,7 +23,7 @@ from .errors import ConfigurationError, HookError, LoopError
 from .hooks import AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook
 from .live import LiveStream
 from .native.live import LiveRecords
-from .observe import Observer, RoundRecord, usage_added
+from .observe import MAPPINGS, Observer, RoundRecord, usage_added
 from .payload import wrap
 from .policy import ToolPolicy, scoped
 from .precall import model_call_details, run_pre_call
@@ -41,6 +42,23 @@ CLEANUP_HOOK = "async_agentic_loop_cleanup_hook"
 def is_internal_field(name: str) -> bool:
     """Body fields that only trusted server code may set; a client's are removed."""
     return name == "max_agentic_loops" or name.startswith("_agentic_")
+
+
+_INTERNAL_PREFIXED = operator.methodcaller("startswith", "_agentic_")
+
+
+def has_internal_fields(body: dict[str, Any]) -> bool:
+    """Whether any of `body`'s fields is one `is_internal_field` names: asked of every request, and of every body a
+    request hook returns, so each name is looked at in C (`methodcaller`), not through a Python call."""
+    return "max_agentic_loops" in body or any(map(_INTERNAL_PREFIXED, body))
+
+
+def without_internal_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `body` without the fields only trusted server code may set (a plain dict with none, the most
+    common, copied whole)."""
+    if type(body) is dict and not has_internal_fields(body):
+        return dict(body)
+    return {name: value for name, value in body.items() if not is_internal_field(name)}
 
 
 class Rerun(NamedTuple):
@@ -154,7 +172,7 @@ class RequestEnds:
                 continue
             if not isinstance(body, dict):
                 raise HookError(hook.name, REQUEST_HOOK, f"returned {type(body).__name__}, not a request body")
-            self.body = {name: value for name, value in body.items() if not is_internal_field(name)}
+            self.body = without_internal_fields(body)
             changed_by = (hook.name, REQUEST_HOOK)
         if changed_by is None:
             return raw
@@ -235,7 +253,7 @@ class RequestEnds:
             return answer
         if type(result) is dict:
             result = wrap(result)
-        elif not isinstance(result, Mapping) and not hasattr(result, "model_dump"):
+        elif not isinstance(result, MAPPINGS) and not hasattr(result, "model_dump"):
             raise HookError(step.hook.name, POST_HOOK, f"returned {type(result).__name__}, not a response")
         try:
             return answer.replaced(result)

@@ -96,12 +96,20 @@ class KeepAlives:
 
 
 _TIMERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, KeepAlives] = weakref.WeakKeyDictionary()
+# The last loop asked for (weakly: a loop that ended is freed) and its timer: a server runs one loop, and a weak dict's
+# lookup is a Python call and a new weak reference for every stream that starts.
+_latest: tuple[weakref.ref[asyncio.AbstractEventLoop], KeepAlives] | None = None
 
 
 def keep_alive(stream: Quiet) -> Entry:
     """Keep `stream`'s client alive on the running loop's timer; stop the entry when the stream ends."""
+    global _latest
     loop = asyncio.get_running_loop()
+    latest = _latest  # read once: a loop in another thread may replace it meanwhile
+    if latest is not None and latest[0]() is loop:
+        return latest[1].add(stream)
     timer = _TIMERS.get(loop)
     if timer is None:
         timer = _TIMERS[loop] = KeepAlives()
+    _latest = weakref.ref(loop), timer
     return timer.add(stream)

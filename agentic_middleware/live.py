@@ -126,9 +126,13 @@ class LiveStream:
 
     async def start(self, app_start: Message | None) -> None:
         """Begin the client's response: our event-stream headers, with the app's own others."""
-        app_headers = app_start.get("headers", ()) if app_start is not None else ()
-        headers = [(name, value) for name, value in app_headers if name.lower() not in _NOT_FORWARDED]
-        names = {name.lower() for name, _ in headers}
+        headers: list[tuple[bytes, bytes]] = []
+        names = set()
+        for name, value in app_start.get("headers", ()) if app_start is not None else ():
+            lowered = name.lower()
+            if lowered not in _NOT_FORWARDED:
+                headers.append((name, value))
+                names.add(lowered)
         headers += [header for header in SSE_HEADERS if header[0] not in names]
         self.opened = True
         await self.written({"type": "http.response.start", "status": 200, "headers": headers})

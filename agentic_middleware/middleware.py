@@ -11,11 +11,11 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start, read_body, replay, scope_unencoded, scope_with_body_length
-from .asking import is_internal_field
 from .callers import Caller
 from .chains import ChainStore, chains_of, hooks_store
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .counting import COUNT_ENDPOINTS, count, tool_hooks
+from .ends import has_internal_fields, is_internal_field
 from .errors import RequestRefused
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
@@ -203,7 +203,7 @@ class AgenticLoopMiddleware:
             await _refuse(send, surface, 400, f"the request body is not valid JSON: {error}", "invalid_json")
             return None
         if type(body) is dict:
-            changed = any(map(is_internal_field, body))  # fields only trusted server code may set
+            changed = has_internal_fields(body)  # fields only trusted server code may set
             if changed:
                 body = {name: value for name, value in body.items() if not is_internal_field(name)}
             if surface.chains_by_id:  # internal ids never reach the client (shown.py)
@@ -355,10 +355,14 @@ class AgenticLoopMiddleware:
         setting = self.settings.streaming
         if setting is False:
             return None
-        wishes = [wish(request) for wish in self.stream_wishes]
-        if setting == "buffered" or any(isinstance(wish, str) and wish == "buffered" for wish in wishes):
-            return "buffered"
-        return "live" if setting is True or any(wishes) else None
+        buffered, live = setting == "buffered", setting is True
+        for wish in self.stream_wishes:  # each is asked, in order (a loop: this runs for every streaming request)
+            value = wish(request)
+            if isinstance(value, str) and value == "buffered":
+                buffered = True
+            elif value:
+                live = True
+        return "buffered" if buffered else "live" if live else None
 
 
 async def _refuse(

@@ -19,6 +19,7 @@ of its own, which is the client the server's tools are for.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ CODEX_METADATA = "x-codex-turn-metadata"
 CODEX_SIDE_KINDS = frozenset({"compaction"})
 _CODEX_HEADER = CODEX_METADATA.encode()
 _CODEX_LENGTH = len(_CODEX_HEADER)
+_NAME = operator.itemgetter(0)
 
 _NONE_CHOICES: Mapping[str, Any] = {"messages": {"type": "none"}, "chat_completions": "none", "responses": "none"}
 _TOKEN_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -73,10 +75,14 @@ def _get(value: Any, name: str) -> Any:
 def _codex_kind(body: Mapping[str, Any], scope: Scope | None) -> Any:
     """The `request_kind` of Codex's turn metadata: the header's, else the body's `client_metadata`'s."""
     raw = None
-    for name, value in (scope or {}).get("headers", ()):  # every request's: a name of another length is not lowered
-        if len(name) == _CODEX_LENGTH and name.lower() == _CODEX_HEADER:
-            raw = value
-            break
+    headers = (scope or {}).get("headers", ())
+    # Every request's headers are looked at: their lengths first, in C (a client sends fifteen or more), and only a
+    # name of the header's length is lowered.
+    if _CODEX_LENGTH in map(len, map(_NAME, headers)):
+        for name, value in headers:
+            if len(name) == _CODEX_LENGTH and name.lower() == _CODEX_HEADER:
+                raw = value
+                break
     if raw is None:
         raw = _get(body.get("client_metadata"), CODEX_METADATA)
     if not isinstance(raw, bytes | str):

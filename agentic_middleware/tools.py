@@ -173,8 +173,12 @@ class ServerTools(AgenticHook):
         return {**request, "tools": [*kept, *ours]}
 
     def _owner(self, name: str) -> ServerTools | None:
-        """The hook of this middleware that serves the tool `name` now, if any."""
-        return next((peer for peer in self.peers if name in peer.by_name), None)
+        """The hook of this middleware that serves the tool `name` now, if any (a loop, not a generator: asked for
+        every call of every round, and a generator is an object of its own each time)."""
+        for peer in self.peers:
+            if name in peer.by_name:
+                return peer
+        return None
 
     def _claimed(self, surface: Surface, response: Any) -> list[dict[str, Any]]:
         """Our calls in the first alternative answer that has any: one conversation goes on (chat's `n` > 1)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -111,6 +112,43 @@ def test_each_event_loop_has_its_own_timer_and_frees_ended_streams() -> None:
     for run in (asyncio.run, uvloop.run):  # one loop after another, each with its own timer
         entry, stream = run(main())
         assert entry.stream is None and stream.pings
+
+
+def test_streams_of_two_event_loops_running_at_once_are_each_pinged_by_their_own_loop() -> None:
+    """The timer of the last loop asked is remembered (a server runs one): loops in two threads, asking in turn,
+    never get each other's (a stream pinged from another loop's thread would write from the wrong loop)."""
+    wrong: list[str] = []
+
+    class Owned(Stream):
+        loop: asyncio.AbstractEventLoop
+
+        def ping(self) -> None:
+            if asyncio.get_running_loop() is not self.loop:
+                wrong.append("a stream was pinged by another loop")
+            super().ping()
+
+    async def main() -> list[Owned]:
+        streams = []
+        for _ in range(200):  # the two threads take turns between these (the GIL switches)
+            stream = Owned(0.01, lambda: 0.0)
+            stream.loop = asyncio.get_running_loop()
+            streams.append(stream)
+            keep_alive(stream)
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.05)
+        return streams
+
+    results: dict[int, list[Owned]] = {}
+    threads = [
+        threading.Thread(target=lambda n=n, run=run: results.__setitem__(n, run(main())))
+        for n, run in enumerate((asyncio.run, uvloop.run))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not wrong
+    assert len(results) == 2 and all(stream.pings for streams in results.values() for stream in streams)
 
 
 class SendWatch:

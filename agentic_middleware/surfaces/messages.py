@@ -36,7 +36,8 @@ def _error_type(status: int) -> str:
 
 
 def _is_tool_use(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("type") == "tool_use"
+    # `dict.get`: a block's `type` is a string, and a parsed block's own `get` is a Python method (JSONObject).
+    return isinstance(block, dict) and dict.get(block, "type") == "tool_use"
 
 
 def _result_content(result: ToolResult) -> str | list[dict[str, Any]]:
@@ -62,6 +63,8 @@ class Messages(Surface):
         """A call's usage as the API writes a `message` iteration: the four token counts always there (Claude Code
         sizes its context from the last such entry only when all four are numbers), the cache breakdown if any."""
         entry: dict[str, Any] = {"type": "message"}
+        if isinstance(usage, dict):  # its values read in C: a parsed usage's `get` is a Python method (JSONObject)
+            usage = dict(usage)
         for key in _ITERATION_TOKENS:
             value = usage.get(key)
             entry[key] = value if isinstance(value, int) and not isinstance(value, bool) else 0
