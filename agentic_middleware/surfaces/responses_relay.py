@@ -28,6 +28,15 @@ _LIFECYCLE_END = frozenset({"response.completed", "response.incomplete", "respon
 _KEEPALIVE_FIELDS = ("created_at", "model", "parallel_tool_calls", "tool_choice")
 _NOTHING: tuple[bytes, ...] = ()
 
+# The start of the one shape of text delta `ResponsesRelay.pass_on` takes without the reader (the Responses API's own
+# field order, as OpenAI writes it and as `sse.ResponsesSequence` writes it), up to its `sequence_number`'s digits.
+_DELTA = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
+_AT_NUMBER = len(_DELTA)
+# What may follow a delta's string, from its closing quote: the API's `logprobs` (empty: none were asked for), then
+# the event's end; or nothing but the end; or, after the `logprobs`, OpenAI's `obfuscation` padding (`_PADDING`).
+_ENDS = frozenset((b'","logprobs":[]}\n\n', b'"}\n\n'))
+_PADDING = b'","logprobs":[],"obfuscation":"'
+
 
 class ResponsesRelay(StreamRelay):
     """A Responses stream across rounds: one lifecycle (the first round's `response.created` and
@@ -40,6 +49,9 @@ class ResponsesRelay(StreamRelay):
     Native records (`web_search_call` items) go out between rounds, and the `output_text` after them gets
     `url_citation` annotations of their results before its `output_text.done`.
     """
+
+    lane: bytes | None  # what a delta of the open part spells after its number, to its string's opening quote
+    lane_moved: bytes  # the same for the client: its output_index moved after the earlier rounds' items
 
     def __init__(self) -> None:
         self.emit = sse.ResponsesSequence()
@@ -77,6 +89,31 @@ class ResponsesRelay(StreamRelay):
         self.holding = False
         self.held: list[dict[str, Any]] = []
         self.terminal: dict[str, Any] | None = None
+        self.close_lane()
+        self.app_next = -1  # the `sequence_number` the app's next event has, when its last one had one
+
+    def open_lane(self, payload: dict[str, Any]) -> None:
+        """An `output_text` part of a message that went out began: its deltas in the one shape (`_DELTA`), for this
+        item and part, are taken without the reader (`pass_on`) until any other event comes."""
+        index, item_id, part = payload.get("output_index"), payload.get("item_id"), payload.get("content_index")
+        item = self.items.get(index) if type(index) is int else None
+        if (
+            not isinstance(item, dict)
+            or item.get("type") != "message"
+            or type(item_id) is not str
+            or type(part) is not int
+            or not isinstance(payload.get("part"), dict)
+            or payload["part"].get("type") != "output_text"
+        ):
+            return
+        assert isinstance(index, int)
+        spelled = b',"item_id":' + orjson.dumps(item_id) + b',"output_index":%d,"content_index":%d,"delta":"'
+        self.lane = spelled % (index, part)
+        self.lane_moved = spelled % (index + self.base, part)
+
+    def close_lane(self) -> None:
+        self.lane = None
+        self.lane_moved = b""
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         if event.data == b"[DONE]":  # not the Responses API's, but some servers end their streams with it
@@ -85,6 +122,10 @@ class ResponsesRelay(StreamRelay):
         kind = payload.get("type") or event.event
         payload["type"] = kind
         index = payload.get("output_index")
+        number = payload.get("sequence_number")
+        self.app_next = number + 1 if type(number) is int else -1
+        if kind != "response.output_text.delta":
+            self.close_lane()  # the lane is for the deltas that follow their part's start, and nothing else
         if kind == "response.output_item.added":
             item = self.items[index] = payload["item"]
             if self.holding:
@@ -125,6 +166,10 @@ class ResponsesRelay(StreamRelay):
             self.name_round(payload)
             self.terminal = payload.get("response") or {}
             return _NOTHING
+        elif isinstance(index, int) and index not in self.items:
+            # An item's event before its `output_item.added`: the client's SDK has no item there (an IndexError in
+            # the openai SDK's accumulator), and the relay would count as sent an item it never had.
+            raise ValueError(f"{kind} for output item {index}, which was never added")
         payloads = self.cite(kind, payload) if self.rounds else [payload]
         if self.holding:
             self.held += payloads
@@ -132,7 +177,47 @@ class ResponsesRelay(StreamRelay):
         if index in self.waiting_items:
             self.waiting += payloads
             return _NOTHING
-        return self.release(payloads)
+        out = self.release(payloads)
+        if kind == "response.content_part.added":
+            self.open_lane(payload)
+        return out
+
+    def pass_on(self, chunk: bytes) -> bytes | None:
+        """A text delta of the open part (`open_lane`) without the reader: its bytes checked for the one shape that
+        allows it, renumbered in bytes as `feed` renumbers it read (the JSON `feed` writes, as the app spelled it).
+
+        Every byte but its string's is compared with what it must be: the event's name and type (`_DELTA`); the
+        `sequence_number` after the app's last, as servers number their events (so no digits are read); the open
+        part's item, output_index and content_index as `open_lane` spelled them; after the string, one of the ends
+        the API writes (`_ENDS`, `_PADDING`). The string's first quote must be the one before that end (no quote
+        within it: no second key, no second event), and the string is read (orjson) to check that it is JSON, as
+        `feed` would; its text is not kept: the round's answer is its terminal event's. It goes out as it came
+        when the app's number is the client's in the first round, else with the client's number and output_index.
+        Anything else (a string that is not JSON too: the reader fails the round with `feed`'s own error): None."""
+        lane = self.lane
+        if lane is None:
+            return None
+        number = b"%d" % self.app_next
+        start = _AT_NUMBER + len(number)
+        text = start + len(lane)  # where the delta's string begins
+        # Slices compared cost less than `startswith`, which parses its arguments.
+        if not (chunk[_AT_NUMBER:start] == number and chunk[start:text] == lane and chunk[:_AT_NUMBER] == _DELTA):
+            return None
+        end = chunk.find(b'"', text)  # its string's closing quote, if there is no quote within it
+        tail = chunk[end:]
+        if tail not in _ENDS and not (
+            tail[: len(_PADDING)] == _PADDING and tail[-4:] == b'"}\n\n' and tail[len(_PADDING) : -4].isalnum()
+        ):
+            return None  # (`isalnum` of bytes: ASCII letters and digits only, nothing in the padding to read)
+        try:
+            orjson.loads(chunk[text - 1 : end + 1])  # an escaped quote before an end's spelling is not JSON either
+        except orjson.JSONDecodeError:
+            return None  # a bad escape, bytes that are not UTF-8, half a surrogate pair, a control character
+        app, ours = self.app_next, self.emit.next
+        self.app_next, self.emit.next = app + 1, ours + 1
+        if app == ours and not self.base:
+            return chunk
+        return b"".join((_DELTA, b"%d" % ours, self.lane_moved, chunk[text:]))
 
     def name_round(self, payload: dict[str, Any]) -> None:
         """Note the round's response id from a lifecycle event, before any of its items go out."""

@@ -1,0 +1,229 @@
+"""The Responses relay's lane (`ResponsesRelay.pass_on`): a text delta in a chunk of its own, in the API's own shape,
+is renumbered in bytes without the SSE reader; the client and the hooks get what reading each event gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from conftest import http_client, openai_client
+from hypothesis import given
+from hypothesis import strategies as st
+from streams import event_stream
+from test_relays import fed_round, noted_lookup, rounds_settings, same_json
+from test_responses_relay import RESPONSES, responses_round
+
+from agentic_middleware import AgenticLoopMiddleware, ServerTools, sse
+from agentic_middleware.sse_reader import SSEReader
+from agentic_middleware.testing import ScriptedModel, function_call, response
+
+_DELTA = b"event: response.output_text.delta\n"
+
+
+def reshaped(event: bytes, shape: str) -> bytes:
+    """A text delta as other servers write it: with OpenAI's `obfuscation` padding, or without `logprobs`."""
+    if not event.startswith(_DELTA) or shape == "plain":
+        return event
+    payload = orjson.loads(event[len(_DELTA) + 6 : -2])
+    if shape == "padded":
+        payload["obfuscation"] = "aZ09x"
+    else:
+        del payload["logprobs"]
+    return sse.named_event("response.output_text.delta", payload)
+
+
+def lane_takes(text: str) -> bool:
+    """Whether a delta of this text is spelled so that the lane may take it: no quote within, no backslash last."""
+    spelled = orjson.dumps(text)[1:-1]
+    return b'"' not in spelled and not spelled.endswith(b"\\")
+
+
+@rounds_settings
+@given(
+    data=st.data(),
+    count=st.integers(1, 3),
+    chunk_size=st.integers(1, 12),
+    shape=st.sampled_from(["plain", "padded", "bare"]),
+)
+def test_responses_deltas_passed_on_in_bytes_give_the_client_and_the_hooks_what_reading_each_gives(
+    data: st.DataObject, count: int, chunk_size: int, shape: str
+) -> None:
+    """A stream that writes each event in a chunk of its own takes the lane for its open part's text deltas: the client
+    gets the same bytes (renumbered, output_index moved in later rounds) and the hooks the same answer as when every
+    event is read and fed, whatever the text (quotes, backslashes, control characters, any character)."""
+    passed, fed = RESPONSES.relay(None), RESPONSES.relay(None)
+    assert passed is not None and fed is not None
+    for number in range(count):
+        body = data.draw(responses_round(final=number == count - 1))
+        events = [reshaped(event, shape) for event in sse.responses_events(body, chunk_size=chunk_size)]
+        passed.begin_round()
+        reader = SSEReader()
+        got: list[bytes] = []
+        taken = 0
+        for event in events:
+            out = passed.pass_on(event) if reader.between_events else None
+            if out is None:
+                got += [data for read in reader.feed(event) for data in passed.feed(read)]
+            else:
+                got.append(out)
+                taken += 1
+        assert got == fed_round(fed, b"".join(events), data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
+        assert same_json(passed.body()) == same_json(fed.body()) == same_json(body)
+        # Every delta of a message sent before the round's first call, spelled so that it may, took the lane.
+        first_call = next((i for i, item in enumerate(body["output"]) if item["type"] == "function_call"), 10**9)
+        deltas = [orjson.loads(event[len(_DELTA) + 6 : -2]) for event in events if event.startswith(_DELTA)]
+        assert taken == sum(1 for d in deltas if d["output_index"] < first_call and lane_takes(d["delta"]))
+    final = same_json(body)
+    assert passed.finish(final) == fed.finish(final)
+
+
+def delta(text: bytes, number: int, index: int = 0, part: int = 0, item: bytes = b"msg_2") -> bytes:
+    """A text delta of the second round's message (`msg_2`) in the lane's shape, its string as spelled here."""
+    return (
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":%d,'
+        b'"item_id":"%s","output_index":%d,"content_index":%d,"delta":"%s","logprobs":[]}\n\n'
+        % (number, item, index, part, text)
+    )
+
+
+CALL = {**function_call("lookup", {"key": "smuggled"}), "status": "in_progress", "arguments": ""}
+
+# Deltas at the place of the answer's first one (its sequence_number 4): each is given to a round whose events come
+# one per chunk (the lane's) and to the same round in one chunk (the reader's), which must agree.
+ODD = {
+    "an escaped quote": [delta(b'say \\"hi\\"', 4)],
+    "an escaped backslash last": [delta(b"a\\\\", 4)],
+    "an escaped quote before an end's spelling": [delta(b"abc\\", 4)],  # `"abc\","logprobs":[]}`: not JSON
+    "escapes spelled otherwise": [delta(b"\\u00e9\\/\\ud83d\\ude00", 4)],  # the lane's: the client reads the same
+    "half a surrogate pair": [delta(b"\\ud83d", 4)],
+    "an escape JSON does not have": [delta(b"a\\x", 4)],
+    "bytes that are not UTF-8": [delta(b"\xff\xfe", 4)],
+    "a character cut between two deltas": [delta(b"\xe2\x82", 4), delta(b"\xac", 5)],
+    "a raw control character": [delta(b"a\tb", 4)],
+    "CRLF line endings": [delta(b"crlf", 4).replace(b"\n", b"\r\n")],
+    "no event line": [delta(b"data only", 4).split(b"\n", 1)[1]],
+    "its string given twice": [delta(b"shown", 4).replace(b'"logprobs":[]', b'"logprobs":[],"delta":"other"')],
+    "its item named twice": [delta(b"x", 4).replace(b'"item_id"', b'"item_id":"msg_9","item_id"')],
+    "its type given again": [delta(b"x", 4).replace(b"[]}", b'[],"type":"response.output_text.done"}')],
+    "another part": [delta(b"elsewhere", 4, part=1)],
+    "another item": [delta(b"elsewhere", 4, item=b"msg_9")],
+    "an output_index the app never added": [delta(b"nowhere", 4, index=3)],
+    "a number out of order": [delta(b"late", 99)],
+    "padding that is not letters and digits": [delta(b"x", 4).replace(b"[]}", b'[],"obfuscation":"a-b"}')],
+    "a field of its own": [delta(b"x", 4).replace(b"[]}", b'[],"extra":1}')],
+    "padding that is not UTF-8": [delta(b"x", 4).replace(b"[]}", b'[],"obfuscation":"\xff"}')],
+    "padding that names its type again": [
+        delta(b"x", 4).replace(b"[]}", b'[],"obfuscation":"a","type":"response.output_text.done"}')
+    ],
+    "another event's name": [delta(b"x", 4).replace(b"text.delta\n", b"text.DELTA\n")],
+    "two deltas in one chunk": [delta(b"x", 4) + delta(b"y", 5)],
+    "a call in the delta's chunk": [
+        delta(b"x", 4)
+        + sse.named_event(
+            "response.output_item.added",
+            {"type": "response.output_item.added", "sequence_number": 5, "output_index": 1, "item": CALL},
+        )
+    ],
+}
+
+
+UNREADABLE = {  # as the reader reads them: the round fails with the route's error, its tool call never run
+    "an escaped quote before an end's spelling",
+    "half a surrogate pair",
+    "an escape JSON does not have",
+    "bytes that are not UTF-8",
+    "padding that is not UTF-8",
+    "a character cut between two deltas",
+    "a raw control character",
+    "an output_index the app never added",
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD))
+@pytest.mark.parametrize("at", ["first round", "later round"])
+async def test_an_odd_delta_reaches_the_client_and_the_hooks_as_the_reader_reads_it(odd: str, at: str) -> None:
+    """Whatever a delta holds, the lane takes it as the reader does or leaves it to the reader: the client's events,
+    the openai SDK's final response, the failure of a round that cannot be read and the tool calls run are the same
+    when the round's events come one per chunk (the lane) and all in one chunk (the reader)."""
+
+    answer = response({**response("plain text")["output"][0], "id": "msg_2"})
+    if at == "later round":
+        rounds = [response("Let me check.", function_call("lookup", {"key": "k"})), answer]
+    else:  # the odd delta in the round of the call, before it
+        rounds = [response({**answer["output"][0]}, function_call("lookup", {"key": "k"})), response("done")]
+    streams = [list(sse.responses_events(body)) for body in rounds]
+    odd_round = streams[-1] if at == "later round" else streams[0]
+    assert odd_round[4].startswith(_DELTA)
+    odd_round[4:4] = ODD[odd]
+
+    async def run(merged: bool) -> tuple[list[tuple[str, Any]], Any, list[str], int]:
+        noted, ran = noted_lookup()
+        model = ScriptedModel(*(event_stream([b"".join(s)] if merged else s) for s in streams))
+        app = AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])
+        async with http_client(app) as client:
+            raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        events = [(event.event, orjson.loads(event.data)) for event in SSEReader().feed(raw.content)]
+        model = ScriptedModel(*(event_stream([b"".join(s)] if merged else s) for s in streams))
+        sdk = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])]))
+        try:
+            async with sdk.responses.stream(model="m", input="hi") as stream:
+                final: Any = (await stream.get_final_response()).model_dump()
+        except Exception as error:  # what the SDK raises: the same in both
+            final = type(error).__name__
+        return events, final, ran, raw.status_code
+
+    passed, read = await run(merged=False), await run(merged=True)
+    assert passed == read
+    events, _, ran, _ = passed
+    assert (events[-1][1]["type"] == "error") == (odd in UNREADABLE)
+    if at == "first round":  # a round that cannot be read has no tool call run
+        assert (ran == []) == (odd in UNREADABLE)
+
+
+def test_a_plain_delta_taken_by_the_lane_is_renumbered_in_later_rounds() -> None:
+    """The lane is taken (a relay that never took it would pass the tests above too): in the first round a delta
+    goes out as the app's bytes, in a later one with the client's sequence_number and output_index."""
+    relay = RESPONSES.relay(None)
+    assert relay is not None
+    first = list(sse.responses_events(response("Let me check.", function_call("lookup", {"key": "k"}))))
+    relay.begin_round()
+    reader = SSEReader()
+    for event in first:
+        out = relay.pass_on(event) if reader.between_events else None
+        if event.startswith(_DELTA):
+            assert out is event  # as it came: the app's number is the client's
+        elif out is None:
+            [relay.feed(read) for read in reader.feed(event)]
+    relay.begin_round()
+    second = list(sse.responses_events(response({**response("x")["output"][0], "id": "msg_2"})))
+    for event in second[:4]:  # response.created ... content_part.added
+        [relay.feed(read) for read in reader.feed(event)]
+    out = relay.pass_on(delta(b"tok", 4))
+    assert out is not None
+    expected = orjson.loads(delta(b"tok", 4)[len(_DELTA) + 6 : -2])
+    got = orjson.loads(out[len(_DELTA) + 6 : -2])
+    assert list(got) == list(expected)  # the same keys in the same order
+    assert got == {**expected, "sequence_number": got["sequence_number"], "output_index": 1}
+    assert got["sequence_number"] == relay.emit.next - 1 > 4
+
+
+async def test_a_delta_of_the_message_after_a_call_began_is_held_as_the_reader_holds_it() -> None:
+    """The lane closes at any event but a delta: a delta of the message's part that comes after a call's item began
+    is held with the call (and dropped with it when the call is claimed), never passed on at once."""
+    first = list(sse.responses_events(response({**response("x")["output"][0], "id": "msg_2"}, CALL_ITEM)))
+    at = next(n for n, event in enumerate(first) if b'"type":"function_call"' in event) + 1
+    first.insert(at, delta(b"late", orjson.loads(first[at - 1].split(b"data: ", 1)[1])["sequence_number"] + 1))
+    streams = [first, list(sse.responses_events(response("done")))]
+    got = []
+    for merged in (False, True):
+        model = ScriptedModel(*(event_stream([b"".join(s)] if merged else s) for s in streams))
+        noted, ran = noted_lookup()
+        async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])) as client:
+            raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        got.append(raw.content)
+        assert ran == ["k"]
+    assert got[0] == got[1] and b"late" not in got[0]  # held with the claimed call, and dropped with it
+
+
+CALL_ITEM = function_call("lookup", {"key": "k"})
