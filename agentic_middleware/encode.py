@@ -59,6 +59,20 @@ def _wrapped(value: Any, stamp: Stamp) -> Any:
     return container
 
 
+def _watched(items: list[Any], stamp: Stamp) -> list[Any]:
+    """`_wrapped` of each item: a history's messages, most of them objects as the client sent them, made watched here
+    without a call each (a long history's first body spent most of its encoding in those calls)."""
+    watched = []
+    for item in items:
+        if type(item) is dict:
+            container: Any = WatchedDict(item)
+            container._stamp = stamp
+            watched.append(container)
+        else:
+            watched.append(_wrapped(item, stamp))
+    return watched
+
+
 def _is_open(value: Any, stamp: Stamp) -> bool:
     """Whether a child still has to be wrapped before anyone may write to it."""
     kind = type(value)
@@ -325,7 +339,6 @@ class BodyEncoder:
         start = len(head) - 1 + len(opening)
         self.stamp.written = False
         unwatched = slice(len(sent) if reuse else 0, None)  # written in place: `list`'s own, not the watched list's
-        stamp = self.stamp
-        list.__setitem__(messages, unwatched, [_wrapped(item, stamp) for item in list.__getitem__(messages, unwatched)])
+        list.__setitem__(messages, unwatched, _watched(list.__getitem__(messages, unwatched), self.stamp))
         self.sent, self.body, self.start = tuple(messages), raw, start
         return raw

@@ -183,8 +183,8 @@ class RequestEnds:
 
     async def begin_stream(self) -> None:
         """A buffered stream's 200 and keep-alives start once the guardrails have judged the request, so that a
-        guardrail's refusal keeps its status; a live stream starts with the app's first answer."""
-        if self.events is not None and not self.events.opened:
+        guardrail's refusal keeps its status; a live stream starts with the app's first answer (nothing to do here)."""
+        if isinstance(self.events, EventStream) and not self.events.opened:
             await self.events.open()
 
     async def pre_called(self, guardrails_only: bool = False) -> tuple[str, str]:
@@ -264,7 +264,7 @@ class RequestEnds:
         return {
             **self.patch_kwargs,
             "_agentic_loop_depth": self.depth,
-            "max_agentic_loops": self.limit,
+            "max_agentic_loops": self._limit,  # `limit`'s value, without its property's call
             "litellm_call_id": self.call_id,
             "custom_llm_provider": self.provider,
             "_agentic_loop_api_surface": self.surface.api_surface,

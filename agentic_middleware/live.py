@@ -55,7 +55,8 @@ def _body(chunk: bytes) -> Message:
 class LiveStream:
     """One streaming client's response in live mode, across every round of its loop.
 
-    The loop uses it as it uses the buffered `EventStream` (`open`, `stop_keep_alive`, `close`, `abort`),
+    The loop uses it as it uses the buffered `EventStream` (`stop_keep_alive`, `close`, `abort`; nothing is sent
+    before the first round's answer, so it has no `open`),
     and the dispatcher reads each round through `capture`. Every write goes through the client's
     `ClientWriter` (a delta the relay passes on, through its `send` and its signs of failure, from `RoundCapture.send`
     itself); the first sign that the client left also cancels the loop, and with it the app's stream.
@@ -106,9 +107,6 @@ class LiveStream:
         self.clock = _clock(asyncio.get_running_loop())
         assert write.client is not None, "a live stream's writer watches its client"
         self.client: ClientWatch = write.client
-
-    async def open(self) -> None:
-        """Nothing is sent yet: the response starts with the first round's answer."""
 
     def capture(
         self,
@@ -212,7 +210,8 @@ class LiveStream:
 
     async def close(self, reply: Reply | None) -> None:
         """End the client's response with the loop's reply."""
-        await self.stop_keep_alive()
+        if self.kept_alive is not None or self.pinging is not None:  # the loop stopped them already, as a rule
+            await self.stop_keep_alive()
         if not self.opened:
             if reply is None:
                 return  # the app's own answer went to the client
@@ -309,6 +308,8 @@ def _clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
 
 def _joined(events: list[bytes], size: int) -> list[bytes]:
     """The events in order, joined into pieces of `size` bytes or more (the last may hold less)."""
+    if sum(map(len, events)) < size:  # most streams: the held tail, in one piece
+        return [b"".join(events)] if events else []
     pieces: list[bytes] = []
     pending: list[bytes] = []
     held = 0

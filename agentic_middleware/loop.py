@@ -270,10 +270,11 @@ class AgenticLoop(AskingHooks, Replies):
         raw, self.request_bytes = self.request_bytes, b""
         self.limit = self.request_limit()  # set by an outer middleware, if any
         if self.may_loop() and (self.request_hooks or self.pre_call_hooks):
-            raw = await self.prepared(raw)
+            raw = await self.prepared(raw)  # which begins the stream, once the guardrails have judged
         elif self.guardrail_hooks:  # no loop, yet the guardrails judge the request
             raw = await self.prepared(raw, guardrails_only=True)
-        await self.begin_stream()
+        else:
+            await self.begin_stream()
         return raw
 
     def may_loop(self) -> bool:
