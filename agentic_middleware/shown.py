@@ -44,6 +44,8 @@ class ShownIds:
         self.searched = False  # the body is searched as it goes
         self.tail = b""  # the body's last bytes that could begin an id, held until the next chunk
         self.plain = True  # not content-encoded
+        self.firsts: tuple[int, int, tuple[bytes, ...]] = (0, 0, ())  # for that many ids: the longest's length, their
+        # first bytes (`_held`)
 
     def hide(self, internal: str, shown: str) -> None:
         """Show `shown` wherever `internal` would be; an id already hidden keeps its first replacement."""
@@ -78,10 +80,16 @@ class ShownIds:
         return data
 
     async def __call__(self, message: Message) -> None:
-        if self.relay is not None and len(self.relay.round_ids) > self.followed:
-            for response_id in self.relay.round_ids[self.followed :]:
-                self.round(response_id, self.relay)
-            self.followed = len(self.relay.round_ids)
+        relay = self.relay
+        if relay is not None and len(relay.round_ids) > self.followed:
+            for response_id in relay.round_ids[self.followed :]:
+                self.round(response_id, relay)
+            self.followed = len(relay.round_ids)
+        if not self.hidden and self.start is None and message["type"] == "http.response.body":
+            # No id to hide yet (a live stream's first round), so nothing held (`tail` holds only what could begin
+            # one): the body goes as it came, at the cost of this check alone (most of a live stream's events).
+            await self.send(message)
+            return
         if message["type"] == "http.response.start":
             headers = message.get("headers", ())
             kind, encoded = media_type(headers)
@@ -130,8 +138,12 @@ class ShownIds:
         if not self.hidden:
             return len(data)
         held = len(data)
-        begin = max(0, held - max(map(len, self.hidden)))
-        for first in {internal[:1] for internal in self.hidden}:
+        if self.firsts[0] != len(self.hidden):  # an id hidden since: its first byte and length counted once
+            firsts = tuple({internal[:1] for internal in self.hidden})
+            self.firsts = (len(self.hidden), max(map(len, self.hidden)), firsts)
+        _, longest, firsts = self.firsts
+        begin = max(0, held - longest)
+        for first in firsts:
             at = data.find(first, begin, held)
             while at != -1:
                 if any(internal.startswith(data[at:]) for internal in self.hidden):

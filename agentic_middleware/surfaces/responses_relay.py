@@ -109,7 +109,7 @@ class ResponsesRelay(StreamRelay):
         assert isinstance(index, int)
         spelled = b',"item_id":' + orjson.dumps(item_id) + b',"output_index":%d,"content_index":%d,"delta":"'
         self.lane = spelled % (index, part)
-        self.lane_moved = spelled % (index + self.base, part)
+        self.lane_moved = spelled % (index + self.base, part) if self.base else self.lane  # one object where the same
 
     def close_lane(self) -> None:
         self.lane = None
