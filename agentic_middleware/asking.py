@@ -37,6 +37,9 @@ def _claimed_calls(claim: Any) -> list[dict[str, Any]]:
     return [call for call in calls if isinstance(call, dict)] if isinstance(calls, (list, tuple)) else []
 
 
+_PAIRS = (tuple, list)  # a tuple, not `tuple | list`, which makes a new union object at every gate's answer
+
+
 class Closing(NamedTuple):
     """The closing call a refused round makes (see closing.py): its body, and the hook whose claim was refused."""
 
@@ -164,7 +167,7 @@ class AskingHooks(RequestEnds):
                 custom_llm_provider=self.provider,
                 kwargs=kwargs,
             )
-            if not isinstance(result, tuple | list) or len(result) != 2:
+            if not isinstance(result, _PAIRS) or len(result) != 2:
                 raise HookError(hook.name, gate, f"returned {result!r}, not a (bool, dict) pair")
             should_run, claim = result
             if should_run:

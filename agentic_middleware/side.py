@@ -33,6 +33,7 @@ CODEX_SIDE_KINDS = frozenset({"compaction"})
 _CODEX_HEADER = CODEX_METADATA.encode()
 _CODEX_LENGTH = len(_CODEX_HEADER)
 _NAME = operator.itemgetter(0)
+_TEXTS = (bytes, str)  # a tuple, not `bytes | str`, which makes a new union object at every request
 
 _NONE_CHOICES: Mapping[str, Any] = {"messages": {"type": "none"}, "chat_completions": "none", "responses": "none"}
 _TOKEN_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -85,7 +86,7 @@ def _codex_kind(body: Mapping[str, Any], scope: Scope | None) -> Any:
                 break
     if raw is None:
         raw = _get(body.get("client_metadata"), CODEX_METADATA)
-    if not isinstance(raw, bytes | str):
+    if not isinstance(raw, _TEXTS):
         return None
     try:
         return _get(orjson.loads(raw), "request_kind")
