@@ -10,6 +10,7 @@ import pytest
 from conftest import http_client, openai_client
 from hypothesis import given
 from hypothesis import strategies as st
+from litellm.integrations.custom_logger import CustomLogger
 from streams import event_stream
 from test_relays import fed_round, noted_lookup, rounds_settings, same_json
 from test_responses_relay import RESPONSES, responses_round
@@ -34,9 +35,9 @@ def reshaped(event: bytes, shape: str) -> bytes:
 
 
 def lane_takes(text: str) -> bool:
-    """Whether a delta of this text is spelled so that the lane may take it: no quote within, no backslash last."""
-    spelled = orjson.dumps(text)[1:-1]
-    return b'"' not in spelled and not spelled.endswith(b"\\")
+    """Whether a delta of this text is spelled so that the lane may take it: no quote within (an escaped backslash
+    last, `"\\\\"`, ends before its closing quote, which is the first quote: JSON, taken)."""
+    return b'"' not in orjson.dumps(text)[1:-1]
 
 
 @rounds_settings
@@ -137,6 +138,7 @@ UNREADABLE = {  # as the reader reads them: the round fails with the route's err
     "a character cut between two deltas",
     "a raw control character",
     "an output_index the app never added",
+    "another part",  # none was added: the openai SDK's accumulator raises an IndexError
 }
 
 
@@ -227,3 +229,107 @@ async def test_a_delta_of_the_message_after_a_call_began_is_held_as_the_reader_h
 
 
 CALL_ITEM = function_call("lookup", {"key": "k"})
+
+
+class JudgedAnswers(CustomLogger):
+    """A gate that claims nothing and notes each answer it is asked about: what the hooks judge."""
+
+    def __init__(self) -> None:
+        self.answers: list[Any] = []
+
+    async def async_should_run_agentic_loop(
+        self, response: Any, *args: Any, **kwargs: Any
+    ) -> tuple[bool, dict[str, Any]]:
+        self.answers.append(orjson.loads(orjson.dumps(response, default=dict)))
+        return False, {}
+
+
+SHOWN_CALL = function_call("shell", {"cmd": "rm -rf ~"})
+SHOWN_TEXT = {**response("the text the client records")["output"][0], "id": "msg_shown"}
+# What the terminal event says instead of the item its `output_item.done` gave the client.
+RETOLD = {
+    "a call's arguments": ([SHOWN_TEXT, SHOWN_CALL], [SHOWN_TEXT, {**SHOWN_CALL, "arguments": '{"cmd":"ls"}'}]),
+    "a call's name": ([SHOWN_TEXT, SHOWN_CALL], [SHOWN_TEXT, {**SHOWN_CALL, "name": "lookup"}]),
+    "a message's text": (
+        [SHOWN_TEXT],
+        [{**SHOWN_TEXT, "content": [{"type": "output_text", "text": "other text", "annotations": []}]}],
+    ),
+    "an item left out": ([SHOWN_TEXT, SHOWN_CALL], [SHOWN_TEXT]),
+}
+
+
+@pytest.mark.parametrize("retold", list(RETOLD))
+async def test_an_item_the_terminal_event_retells_otherwise_ends_the_round_with_an_error_not_a_judged_other_answer(
+    retold: str,
+) -> None:
+    """The round's answer is its terminal event's response, but the client acts on each item's `output_item.done`
+    (Codex records its messages and runs its calls from them; the openai SDK gives it as the item's event): an item
+    done one way and told another way in `response.completed` would have the hooks judge what the client never got.
+    The round ends with the route's error event instead, its calls never run, whatever way its events are cut."""
+    shown, told = RETOLD[retold]
+    body = response(*shown)
+    events = list(sse.responses_events(body))
+    events[-1] = list(sse.responses_events({**body, "output": told}))[-1]
+    for merged in (False, True):
+        judged, (noted, ran) = JudgedAnswers(), noted_lookup()
+        model = ScriptedModel(event_stream([b"".join(events)] if merged else events))
+        app = AgenticLoopMiddleware(model, hooks=[ServerTools([noted]), judged])
+        async with http_client(app) as client:
+            raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        got = [orjson.loads(event.data) for event in SSEReader().feed(raw.content)]
+        assert got[-1]["type"] == "error", (merged, got[-1])
+        assert "output differs" in got[-1]["message"]
+        assert judged.answers == [] and ran == []
+
+
+async def test_an_item_the_terminal_event_tells_as_it_was_done_is_judged_as_the_client_has_it() -> None:
+    """The same round told alike in both places is judged and reaches the client's SDK as the app gave it."""
+    body = response(SHOWN_TEXT, SHOWN_CALL)
+    judged, (noted, _) = JudgedAnswers(), noted_lookup()
+    model = ScriptedModel(event_stream(list(sse.responses_events(body))))
+    sdk = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted]), judged]))
+    async with sdk.responses.stream(model="m", input="hi") as stream:
+        final = await stream.get_final_response()
+    assert [item["arguments"] for item in judged.answers[0]["output"] if item["type"] == "function_call"] == [
+        SHOWN_CALL["arguments"]
+    ]
+    assert final.output[1].arguments == SHOWN_CALL["arguments"]  # type: ignore[union-attr]
+
+
+def _numbered_past(events: list[bytes]) -> list[bytes]:
+    """The message's part announced, and its deltas given, at `content_index` 1: the SDK appends the part at 0."""
+    return [
+        e.replace(b'"content_index":0', b'"content_index":1')
+        if e.startswith(_DELTA) or b"content_part.added\n" in e
+        else e
+        for e in events
+    ]
+
+
+@pytest.mark.parametrize(
+    "placed",
+    {
+        "a delta before its part": lambda events: [*events[:3], events[4], events[3], *events[5:]],
+        "a part and its deltas numbered past its place": _numbered_past,
+        "deltas of a part never added": lambda events: [
+            e.replace(b'"content_index":0', b'"content_index":1') if e.startswith(_DELTA) else e for e in events
+        ],
+    }.items(),
+    ids=lambda placed: placed[0],
+)
+async def test_a_text_delta_of_a_part_the_client_does_not_have_ends_the_round_with_an_error_not_a_tool_call(
+    placed: Any,
+) -> None:
+    """The openai SDK adds a text delta to the part at its `content_index` in the parts added so far (an IndexError
+    where there is none): a delta of no such part reaches no text the client has, so the round cannot be judged as
+    the client reads it, and ends with the route's error event, its call never run, however its events are cut."""
+    body = response({**response("hello there")["output"][0], "id": "msg_2"}, function_call("lookup", {"key": "k"}))
+    events = placed[1](list(sse.responses_events(body)))
+    for merged in (False, True):
+        noted, ran = noted_lookup()
+        model = ScriptedModel(event_stream([b"".join(events)] if merged else events), response("done"))
+        async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])) as client:
+            raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        got = [orjson.loads(event.data) for event in SSEReader().feed(raw.content)]
+        assert got[-1]["type"] == "error" and "no such output_text" in got[-1]["message"], (merged, got[-1])
+        assert ran == []

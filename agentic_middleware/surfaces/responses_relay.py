@@ -89,6 +89,8 @@ class ResponsesRelay(StreamRelay):
         self.holding = False
         self.held: list[dict[str, Any]] = []
         self.terminal: dict[str, Any] | None = None
+        self.done: set[int] = set()  # the app's output_index of each item whose `output_item.done` came
+        self.parts: dict[int, list[Any]] = {}  # each message's parts' types, in the order they were added
         self.close_lane()
         self.app_next = -1  # the `sequence_number` the app's next event has, when its last one had one
 
@@ -96,17 +98,19 @@ class ResponsesRelay(StreamRelay):
         """An `output_text` part of a message that went out began: its deltas in the one shape (`_DELTA`), for this
         item and part, are taken without the reader (`pass_on`) until any other event comes."""
         index, item_id, part = payload.get("output_index"), payload.get("item_id"), payload.get("content_index")
-        item = self.items.get(index) if type(index) is int else None
+        if type(index) is not int:
+            return
+        item = self.items.get(index)
         if (
             not isinstance(item, dict)
             or item.get("type") != "message"
             or type(item_id) is not str
             or type(part) is not int
+            or part != len(self.parts.get(index, ())) - 1  # the SDK's place for the part: the deltas go there
             or not isinstance(payload.get("part"), dict)
             or payload["part"].get("type") != "output_text"
         ):
             return
-        assert isinstance(index, int)
         spelled = b',"item_id":' + orjson.dumps(item_id) + b',"output_index":%d,"content_index":%d,"delta":"'
         self.lane = spelled % (index, part)
         self.lane_moved = spelled % (index + self.base, part) if self.base else self.lane  # one object where the same
@@ -143,6 +147,7 @@ class ResponsesRelay(StreamRelay):
             return out
         if kind == "response.output_item.done":
             self.items[index] = payload["item"]
+            self.done.add(index)
         elif kind in _LIFECYCLE_START:
             self.name_round(payload)
             if kind in self.opened or kind == "response.queued" or self.base or self.released:
@@ -165,11 +170,17 @@ class ResponsesRelay(StreamRelay):
         elif kind in _LIFECYCLE_END:
             self.name_round(payload)
             self.terminal = payload.get("response") or {}
+            self.check_told_alike(self.terminal.get("output"))
             return _NOTHING
         elif isinstance(index, int) and index not in self.items:
             # An item's event before its `output_item.added`: the client's SDK has no item there (an IndexError in
             # the openai SDK's accumulator), and the relay would count as sent an item it never had.
             raise ValueError(f"{kind} for output item {index}, which was never added")
+        if kind == "response.content_part.added" and isinstance(index, int):
+            part = payload.get("part")
+            self.parts.setdefault(index, []).append(part.get("type") if isinstance(part, dict) else None)
+        elif kind == "response.output_text.delta":
+            self.check_part(index, payload.get("content_index"))
         payloads = self.cite(kind, payload) if self.rounds else [payload]
         if self.holding:
             self.held += payloads
@@ -218,6 +229,31 @@ class ResponsesRelay(StreamRelay):
         if app == ours and not self.base:
             return chunk
         return b"".join((_DELTA, b"%d" % ours, self.lane_moved, chunk[text:]))
+
+    def check_part(self, index: Any, part: Any) -> None:
+        """A message's text delta goes to the part its `content_index` names in the parts added so far, as the
+        openai SDK's accumulator adds it (by position in the list it appends each `content_part.added` to, an
+        `IndexError` or `AssertionError` there otherwise): one of no such `output_text` part cannot be read as the
+        client reads it, and fails the round (the route's error event, no call of it run)."""
+        item = self.items.get(index) if type(index) is int else None
+        if not isinstance(item, dict) or item.get("type") != "message":
+            return  # the SDK adds it to nothing
+        parts = self.parts.get(index, [])
+        if type(part) is not int or not 0 <= part < len(parts) or parts[part] != "output_text":
+            raise ValueError(f"a text delta of part {part!r} of output item {index}, which has no such output_text")
+
+    def check_told_alike(self, output: Any) -> None:
+        """The round's answer is its terminal event's `output` (`body`), but the client acts on each item's
+        `output_item.done` (Codex records its messages and runs its calls from them, the SDKs give it as the item's
+        event): an item done in the stream must be read alike at its place there, or the hooks would judge what the
+        client never got. Raises (the round cannot be read: the route's error event, no call of it run) when not.
+        What a client and a hook act on is compared (`_reading`), not every field, which servers may fill
+        differently in the two places."""
+        if not isinstance(output, list) or not output:
+            return  # `body` gives the items as done
+        for index in self.done:
+            if index >= len(output) or _reading(output[index]) != _reading(self.items[index]):
+                raise ValueError(f"the terminal event's output differs from output item {index} as it was done")
 
     def name_round(self, payload: dict[str, Any]) -> None:
         """Note the round's response id from a lifecycle event, before any of its items go out."""
@@ -403,6 +439,23 @@ def _error_body(kind: str, payload: Mapping[str, Any]) -> bytes:
     if not isinstance(kind_of, str) or not kind_of:
         kind_of = openai_error_type(error_status({"code": code}))
     return orjson.dumps({"error": {"message": message, "type": kind_of, "param": error.get("param"), "code": code}})
+
+
+_READ = ("type", "id", "call_id", "name", "arguments", "input", "server_label")  # what a call is read by
+
+
+def _reading(item: Any) -> Any:
+    """What a client and a hook act on of an output item: its kind and ids, a call's name and arguments, a
+    message's parts' text (`check_told_alike`)."""
+    if not isinstance(item, dict):
+        return item
+    content = item.get("content") if item.get("type") == "message" else None
+    parts = (
+        [(p.get("type"), p.get("text"), p.get("refusal")) if isinstance(p, dict) else p for p in content]
+        if isinstance(content, list)
+        else content
+    )
+    return [item.get(key) for key in _READ], parts
 
 
 def _is_same(item: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
