@@ -9,12 +9,14 @@ import orjson
 
 from .. import sse
 from ..sse_reader import ServerSentEvent
-from . import AppStreamError, Pieces, StreamMismatch, StreamRelay
+from . import AppStreamError, Pieces, Spelled, StreamMismatch, StreamRelay
 
 _NOTHING: tuple[bytes, ...] = ()
 _TOP_FIELDS = ("system_fingerprint", "service_tier")
 _SET_FIELDS = frozenset({"role", "id", "type", "name", "index"})  # repeated whole, never appended to
 _SEPARATOR = "\n\n"  # between the text of two rounds, which a chat client reads as one string
+_CONTENT = b'"delta":{"content":'
+_MARK = "Zq"  # the string a chunk's template is read with (`ChatRelay.open_lane`)
 
 
 class ChatRelay(StreamRelay):
@@ -49,6 +51,66 @@ class ChatRelay(StreamRelay):
         self.choices = {}
         self.calls: dict[int, dict[int, dict[str, Any]]] = {}
         self.usage: Any = None
+        self.lane_text = Spelled()  # the content the lane adds to: a choice's (`open_lane`), this round's
+        self.close_lane()
+
+    def close_lane(self) -> None:
+        self.lane: bytes | None = None  # a content chunk's bytes up to its string's opening quote (`open_lane`)
+        self.lane_end = b""  # and from its closing quote on
+        self.lane_client: tuple[bytes, bytes] | None = None  # the same two for the client, where they differ
+
+    def open_lane(self, event: ServerSentEvent, index: int, text: str, pieces: Spelled) -> None:
+        """A chunk that only adds `text` to one choice's content was read and sent: the chunks that differ from it
+        in that string alone are taken without the reader (`pass_on`). Its bytes are cut around the string (spelled
+        as orjson spells it), and the cut is checked by reading the two parts joined around another string: they
+        must be the chunk with that string as its content, whatever else they spell, keys given twice included."""
+        raw = b"data: " + event.data + b"\n\n"
+        spelled = orjson.dumps(text)
+        at = raw.find(_CONTENT + spelled + b"}")
+        if at < 0:
+            return
+        start = at + len(_CONTENT) + 1  # after the string's opening quote
+        head, end = raw[:start], raw[start + len(spelled) - 2 :]
+        read = orjson.loads(event.data)
+        read["choices"][0]["delta"]["content"] = _MARK
+        template = orjson.loads(head[6:] + _MARK.encode() + end[:-2])
+        if template != read:
+            return
+        if self.head != (read.get("id"), read.get("created")) or (not self.include_usage and "usage" in read):
+            read["id"], read["created"] = self.head or (read.get("id"), read.get("created"))
+            if not self.include_usage:
+                read.pop("usage", None)
+            client = sse.data_event(read)
+            marked = b'"content":"' + _MARK.encode() + b'"'
+            if client.count(marked) != 1:
+                return
+            cut = client.find(marked) + len(b'"content":"')
+            self.lane_client = (client[:cut], client[cut + len(_MARK) :])
+        self.lane, self.lane_end, self.lane_text = head, end, pieces
+
+    def pass_on(self, chunk: bytes) -> bytes | None:
+        """A chunk that adds to the content of the choice of the last chunk read, as that one did (`open_lane`),
+        without the reader: its bytes must be that chunk's but for its string, whose first quote closes it (no
+        quote within it: no second key, no second chunk) with no backslash before it. The string, as it is
+        spelled, is added to the choice's content (`Spelled`), read when the message is (one that is not JSON then
+        fails the round). It goes out as it came, or, where the client's chunks differ (a later round's id and
+        `created`, no `usage` the client did not ask for), in the client's bytes around the string as spelled."""
+        lane = self.lane
+        if lane is None:
+            return None
+        size = len(lane)
+        if chunk[:size] != lane:
+            return None
+        end = chunk.find(b'"', size)
+        if chunk[end:] != self.lane_end or chunk[end - 1] == 92:
+            return None
+        text = self.lane_text
+        text += chunk[size:end]  # as `Spelled` keeps it
+        text += b'","'
+        client = self.lane_client
+        if client is None:
+            return chunk
+        return client[0] + chunk[size:end] + client[1]
 
     def offset(self, index: int) -> int:
         """Where this round's text of a choice begins in the client's content: after earlier rounds' text and the
@@ -61,6 +123,7 @@ class ChatRelay(StreamRelay):
         return {index: _message(choice) for index, choice in self.choices.items()}
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
+        self.close_lane()  # opened again by a chunk that only adds content
         if event.data == b"[DONE]":
             return _NOTHING
         chunk = orjson.loads(event.data)
@@ -87,6 +150,19 @@ class ChatRelay(StreamRelay):
         if self.holding:
             self.held.append(client)
             return _NOTHING
+        if len(choices) == 1 and not event.event and chunk.get("usage") is None:
+            choice = choices[0]
+            index, delta = choice.get("index", 0), choice.get("delta")
+            if (
+                type(index) is int
+                and isinstance(delta, dict)
+                and delta.keys() == {"content"}
+                and choice.get("logprobs") is None
+                and (index not in self.before or index in self.separated)
+            ):
+                pieces = self.choices[index]["pieces"].get("content")
+                if isinstance(pieces, Spelled) and isinstance(delta["content"], str):
+                    self.open_lane(event, index, delta["content"], pieces)
         return (client,)
 
     def read_choice(self, choice: dict[str, Any]) -> None:
@@ -105,7 +181,7 @@ class ChatRelay(StreamRelay):
             if isinstance(value, str) and key not in _SET_FIELDS:
                 text = pieces.get(key)
                 if text is None:
-                    text = pieces[key] = Pieces()
+                    text = pieces[key] = Spelled() if key == "content" else Pieces()  # the lane adds to content
                 text.add(value)  # joined once, when the message is read
             elif key != "tool_calls":
                 _merge(state["message"], {key: value})

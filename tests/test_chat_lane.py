@@ -1,0 +1,233 @@
+"""The Chat relay's lane (`ChatRelay.pass_on`): a chunk that adds to a choice's content as the last one read did is
+taken without the SSE reader, its string kept as spelled; the client and the hooks get what reading each gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from conftest import http_client, openai_client
+from hypothesis import given
+from hypothesis import strategies as st
+from streams import event_stream
+from test_relays import CHAT, chat_round, fed_round, noted_lookup, rounds_settings, same_json
+
+from agentic_middleware import AgenticLoopMiddleware, CustomLogger, ServerTools, sse
+from agentic_middleware.sse_reader import SSEReader
+from agentic_middleware.testing import ScriptedModel, chat_completion, tool_call
+
+USER: Any = [{"role": "user", "content": "hi"}]
+
+
+@rounds_settings
+@given(data=st.data(), count=st.integers(1, 3), chunk_size=st.integers(1, 12), include_usage=st.booleans())
+def test_chat_chunks_passed_on_unread_give_the_client_and_the_hooks_what_reading_each_gives(
+    data: st.DataObject, count: int, chunk_size: int, include_usage: bool
+) -> None:
+    """A stream that writes each chunk in a message of its own takes the lane for the content after its first
+    content chunk: the client gets the same bytes (a later round's id and `created`, no usage the client did not
+    ask for) and the hooks the same answer as when every chunk is read and fed, whatever the text."""
+    passed, fed = CHAT.relay({"include_usage": include_usage}), CHAT.relay({"include_usage": include_usage})
+    assert passed is not None and fed is not None
+    taken = 0
+    for number in range(count):
+        body = data.draw(chat_round(final=number == count - 1))
+        events = list(sse.chat_chunks(body, include_usage=True, chunk_size=chunk_size))  # as asked of the app
+        passed.begin_round()
+        reader = SSEReader()
+        got: list[bytes] = []
+        for event in events:
+            out = passed.pass_on(event) if reader.between_events else None
+            if out is None:
+                got += [data for read in reader.feed(event) for data in passed.feed(read)]
+            else:
+                got.append(out)
+                taken += 1
+        assert got == fed_round(fed, b"".join(events), data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
+        assert same_json(passed.body()) == same_json(fed.body()) == same_json(body)
+    final = same_json(body)
+    assert passed.finish(final) == fed.finish(final)
+    content = body["choices"][0]["message"]["content"]
+    if count == 1 and isinstance(content, str) and len(content) >= 3 * chunk_size and content.isalnum():
+        assert taken >= len(content) // chunk_size - 2  # every content chunk after the first ones took the lane
+
+
+def chunks(content: str, calls: list[dict[str, Any]] | None = None) -> list[bytes]:
+    return list(sse.chat_chunks(chat_completion(content=content, tool_calls=calls), include_usage=True, chunk_size=4))
+
+
+def content_chunk(like: bytes, spelled: bytes) -> bytes:
+    """A chunk of the same stream as `like` (a content chunk) holding the content as spelled here."""
+    head, _, rest = like.partition(b'"delta":{"content":"')
+    return head + b'"delta":{"content":"' + spelled + b'"}' + rest.split(b'"}', 1)[1]
+
+
+# Chunks given after the third content chunk of a round (the lane open): one per message (the lane's), or the whole
+# round in one message (the reader's).
+ODD = {
+    "an escaped quote": lambda c: [content_chunk(c, b'say \\"hi\\"')],
+    "an escaped backslash last": lambda c: [content_chunk(c, b"a\\\\")],
+    "escapes spelled otherwise": lambda c: [content_chunk(c, b"\\u00e9\\/\\ud83d\\ude00")],
+    "CRLF line endings": lambda c: [content_chunk(c, b"crlf").replace(b"\n", b"\r\n")],
+    "its content given twice": lambda c: [content_chunk(c, b"x").replace(b'"x"}', b'"x","content":"y"}')],
+    "another choice": lambda c: [content_chunk(c, b"other").replace(b'"index":0', b'"index":1')],
+    "another id": lambda c: [content_chunk(c, b"x").replace(b'"id":"chatcmpl-', b'"id":"chatcmpl-other-')],
+    "its delta given twice": lambda c: [twice(c, b"p", b"p"), twice(c, b"q", b"p"), twice(c, b"r", b"p")],
+    "a field of its own": lambda c: [content_chunk(c, b"x").replace(b'"}', b'","extra":1}', 1)],
+    "two chunks in one message": lambda c: [content_chunk(c, b"x") + content_chunk(c, b"y")],
+    "a call in the chunk's message": lambda c: [
+        content_chunk(c, b"x")
+        + content_chunk(c, b"z").replace(
+            b'"delta":{"content":"z"}',
+            b'"delta":{"tool_calls":[{"index":0,"id":"call_s","type":"function","function":{"name":"lookup",'
+            b'"arguments":"{\\"key\\":\\"smuggled\\"}"}}]}',
+        )
+    ],
+}
+UNREADABLE = {  # the lane's: its string read with the message, so it reached the client before the round failed
+    "half a surrogate pair": lambda c: [content_chunk(c, b"\\ud83d")],
+    "an escape JSON does not have": lambda c: [content_chunk(c, b"a\\x")],
+    "bytes that are not UTF-8": lambda c: [content_chunk(c, b"\xff\xfe")],
+    "a character cut between two chunks": lambda c: [content_chunk(c, b"\xe2\x82"), content_chunk(c, b"\xac")],
+    "an escaped quote before the end's spelling": lambda c: [content_chunk(c, b"a\\"), content_chunk(c, b"b")],
+    "a raw control character": lambda c: [content_chunk(c, b"a\tb")],
+}
+
+
+def twice(like: bytes, first: bytes, second: bytes) -> bytes:
+    """A content chunk whose choice gives its delta twice: JSON's last key wins, so the SDK reads the second."""
+    return content_chunk(like, first).replace(b'"},', b'"},"delta":{"content":"' + second + b'"},', 1)
+
+
+def rounds(odd: Any, at: str) -> list[list[bytes]]:
+    call = [tool_call("lookup", {"key": "k"}, id="call_1")]
+    if at == "later round":
+        streams = [chunks("Let me check.", call), chunks("plain text here")]
+    else:
+        streams = [chunks("plain text here", call), chunks("done")]
+    odd_round = streams[-1] if at == "later round" else streams[0]
+    odd_round[4:4] = odd(odd_round[3])
+    return streams
+
+
+class Judge(CustomLogger):
+    """Notes the content of every answer it judges."""
+
+    agentic_loop_streaming = "live"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.judged: list[Any] = []
+
+    async def async_should_run_agentic_loop(self, response: Any, **_: Any) -> tuple[bool, dict[str, Any]]:
+        self.judged.append(response.choices[0].message.content)
+        return False, {}
+
+
+async def run(streams: list[list[bytes]], merged: bool) -> tuple[list[Any], Any, list[str], list[Any]]:
+    noted, ran = noted_lookup()
+    judge = Judge()
+    model = ScriptedModel(*(event_stream([b"".join(s)] if merged else s) for s in streams))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted]), judge])) as client:
+        raw = await client.post("/v1/chat/completions", json={"model": "m", "messages": USER, "stream": True})
+    events = [event.data for event in SSEReader().feed(raw.content)]
+    model = ScriptedModel(*(event_stream([b"".join(s)] if merged else s) for s in streams))
+    sdk = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])]))
+    try:
+        async with sdk.chat.completions.stream(model="m", messages=USER) as stream:
+            final: Any = (await stream.get_final_completion()).model_dump()
+    except Exception as error:  # what the SDK raises: the same in both
+        final = type(error).__name__
+    return [_read(data) for data in events], final, ran, judge.judged
+
+
+def _read(data: bytes) -> Any:
+    """A chunk the client got, read; as its bytes where it is not JSON (one the lane passed on unread)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+
+
+@pytest.mark.parametrize("odd", list(ODD))
+@pytest.mark.parametrize("at", ["first round", "later round"])
+async def test_an_odd_chunk_reaches_the_client_and_the_hooks_as_the_reader_reads_it(odd: str, at: str) -> None:
+    """Whatever a chunk holds, the lane takes it as the reader does or leaves it to the reader: the client's chunks,
+    the openai SDK's final completion and the tool calls run are the same when the round's chunks come one per
+    message (the lane) and all in one message (the reader)."""
+    streams = rounds(ODD[odd], at)
+    assert await run(streams, merged=False) == await run(streams, merged=True)
+
+
+@pytest.mark.parametrize("odd", list(UNREADABLE))
+@pytest.mark.parametrize("at", ["first round", "later round"])
+async def test_a_chunk_taken_unread_whose_string_is_not_json_ends_the_round_with_an_error_not_a_tool_call(
+    odd: str, at: str
+) -> None:
+    """Content taken by the lane is read with the round's message: a string that is not JSON (or a character cut
+    between two chunks, which the SDK reads each on its own) has reached the client as the app sent it, and then the
+    round ends with the route's error chunk and its tool call never runs, as when the reader refuses it at once."""
+    streams = rounds(UNREADABLE[odd], at)
+    for merged in (False, True):
+        events, final, ran, _ = await run(streams, merged)
+        assert "error" in events[-1] and "could not be read" in events[-1]["error"]["message"]
+        assert b"[DONE]" not in events
+        assert final in ("APIError", "UnicodeDecodeError", "JSONDecodeError") or isinstance(final, str)
+        if at == "first round":
+            assert ran == []
+        else:
+            assert ran == ["k", "k"]  # the first round's call, once for each of the two requests
+
+
+def test_every_content_chunk_after_the_first_takes_the_lane_and_a_later_round_gets_the_clients_id() -> None:
+    """The lane is taken (a relay that never took it would pass the tests above too): after the first content chunk
+    read, the others go out as the app's bytes; in a later round with the first round's id and `created`."""
+    relay = CHAT.relay({"include_usage": True})
+    assert relay is not None
+    first, second = chunks("abcdefghijkl", [tool_call("lookup", {"key": "k"})]), chunks("mnopqrstuvwx")
+    for number, events in enumerate((first, second)):
+        relay.begin_round()
+        reader = SSEReader()
+        taken = []
+        for event in events:
+            out = relay.pass_on(event) if reader.between_events else None
+            if out is None:
+                [relay.feed(read) for read in reader.feed(event)]
+            else:
+                taken.append(out)
+        content = [e for e in events if b'"delta":{"content":"' in e and b'"content":""' not in e]
+        assert len(taken) == len(content) - (1 if number == 0 else 2)  # a later round's first one has the separator
+        if number == 0:
+            assert all(out is event for out, event in zip(taken, content[1:], strict=True))
+        else:
+            head = orjson.loads(first[0][6:])
+            for out in taken:
+                chunk = orjson.loads(out[6:])
+                assert (chunk["id"], chunk["created"]) == (head["id"], head["created"])
+    assert orjson.loads(orjson.dumps(relay.body()))["choices"][0]["message"]["content"] == "mnopqrstuvwx"
+
+
+async def test_a_later_rounds_text_after_an_empty_content_chunk_is_set_off_from_the_earlier_text() -> None:
+    """A later round's text is set off by a blank line from the earlier rounds' (the relay adds it to its first
+    text): an empty content chunk before it does not open the lane, so the text after it gets the blank line too."""
+    later = chunks("abcdefgh")
+    later.insert(1, content_chunk(later[1], b""))
+    streams = [chunks("Let me check.", [tool_call("lookup", {"key": "k"}, id="call_1")]), later]
+    passed, read = await run(streams, merged=False), await run(streams, merged=True)
+    assert passed == read
+    assert passed[1]["choices"][0]["message"]["content"] == "Let me check.\n\nabcdefgh"
+
+
+def test_a_chunk_whose_string_ends_in_a_backslash_is_left_to_the_reader() -> None:
+    """A backslash before the quote that would close the string escapes it: the string goes on, so the chunk is not
+    the one shape, and the reader reads it (here: not JSON, which fails the round at once)."""
+    relay = CHAT.relay({"include_usage": True})
+    assert relay is not None
+    events = chunks("abcdefghijkl")
+    relay.begin_round()
+    reader = SSEReader()
+    for event in events[:3]:
+        [relay.feed(read) for read in reader.feed(event)]
+    assert relay.pass_on(events[3]) is events[3]  # the lane is open
+    assert relay.pass_on(content_chunk(events[3], b"a\\")) is None
