@@ -39,18 +39,23 @@ POST_HOOK = "async_post_agentic_loop_response_hook"
 CLEANUP_HOOK = "async_agentic_loop_cleanup_hook"
 
 
-def is_internal_field(name: str) -> bool:
-    """Body fields that only trusted server code may set; a client's are removed."""
-    return name == "max_agentic_loops" or name.startswith("_agentic_")
+def is_internal_field(name: Any) -> bool:
+    """Body fields that only trusted server code may set; a client's are removed. A name that is not a string (a
+    hook's body may have one) is none of them: writing the body as JSON refuses it, naming the hook."""
+    return name == "max_agentic_loops" or (isinstance(name, str) and name.startswith("_agentic_"))
 
 
 _INTERNAL_PREFIXED = operator.methodcaller("startswith", "_agentic_")
 
 
-def has_internal_fields(body: dict[str, Any]) -> bool:
+def has_internal_fields(body: dict[Any, Any]) -> bool:
     """Whether any of `body`'s fields is one `is_internal_field` names: asked of every request, and of every body a
-    request hook returns, so each name is looked at in C (`methodcaller`), not through a Python call."""
-    return "max_agentic_loops" in body or any(map(_INTERNAL_PREFIXED, body))
+    request hook returns, so each name is looked at in C (`methodcaller`), not through a Python call; a body with a
+    name that is not a string (only a hook's) is looked at name by name."""
+    try:
+        return "max_agentic_loops" in body or any(map(_INTERNAL_PREFIXED, body))
+    except (AttributeError, TypeError):  # a name without `startswith`, or whose own takes no str
+        return any(map(is_internal_field, body))
 
 
 def without_internal_fields(body: dict[str, Any]) -> dict[str, Any]:

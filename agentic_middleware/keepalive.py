@@ -49,10 +49,12 @@ class KeepAlives:
 
     def __init__(self) -> None:
         # It holds no reference to its loop (it runs on it: `asyncio.get_running_loop()`), or the loop, a weak key
-        # of `_TIMERS`, could never be freed (tests run one loop after another).
+        # of `_TIMERS`, could never be freed (a program that runs one loop after another, as `asyncio.run` per call
+        # or tests do). Its timer handle holds the loop, so it is held weakly: the loop holds it while it is due, and
+        # a loop that closed with its timer pending drops it (test_a_closed_event_loop_is_freed_with_its_timer_due).
         self.due: list[tuple[float, int, Entry]] = []
         self.order = itertools.count()  # ties in time are taken in the order they came
-        self.timer: asyncio.Handle | None = None
+        self.timer: weakref.ref[asyncio.Handle] | None = None
         self.timer_at = 0.0  # when `timer` fires (uvloop gives a plain `Handle`, without `when()`, for a time past)
 
     def add(self, stream: Quiet) -> Entry:
@@ -63,13 +65,14 @@ class KeepAlives:
 
     def push(self, when: float, entry: Entry) -> None:
         heapq.heappush(self.due, (when, next(self.order), entry))
-        if self.timer is None or when < self.timer_at:
-            if self.timer is not None:
-                self.timer.cancel()
+        handle = self.timer() if self.timer is not None else None  # None too once the loop let go of it
+        if handle is None or when < self.timer_at:
+            if handle is not None:
+                handle.cancel()
             self.schedule(when)
 
     def schedule(self, when: float) -> None:
-        self.timer, self.timer_at = asyncio.get_running_loop().call_at(when, self.tick), when
+        self.timer, self.timer_at = weakref.ref(asyncio.get_running_loop().call_at(when, self.tick)), when
 
     def tick(self) -> None:
         self.timer = None

@@ -4,11 +4,15 @@ under uvloop and asyncio, at the edges of its clock, and with a client too slow 
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anthropic
+import httpx2
 import orjson
 import uvloop
 from servers import serving
@@ -18,7 +22,7 @@ from support import gated_lookup
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, sse
 from agentic_middleware.keepalive import Entry, KeepAlives, keep_alive
-from agentic_middleware.testing import ScriptedModel, function_call, response
+from agentic_middleware.testing import ScriptedModel, function_call, message, response
 
 
 class Stream:
@@ -149,6 +153,40 @@ def test_streams_of_two_event_loops_running_at_once_are_each_pinged_by_their_own
         thread.join(10)
     assert not wrong
     assert len(results) == 2 and all(stream.pings for streams in results.values() for stream in streams)
+
+
+def test_a_closed_event_loop_is_freed_with_its_timer_due() -> None:
+    """A live stream that ended leaves its entry on its loop's timer until the entry comes due; a loop that closes
+    meanwhile (`asyncio.run` per call, uvloop's too) must be freed, and the next loop's streams pinged by a timer of
+    their own. The timer's handle held the loop (its `_loop`), so every closed loop stayed in `_TIMERS` for ever."""
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def paused() -> AsyncIterator[bytes]:
+        events = list(sse.messages_events(message("hi")))
+        yield events[0]
+        await asyncio.sleep(0.15)  # quiet long enough for keep-alives
+        for event in events[1:]:
+            yield event
+
+    def slow(request: Any) -> Any:
+        return event_stream(paused())
+
+    async def main() -> list[str]:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        app = AgenticLoopMiddleware(ScriptedModel(slow), hooks=[ServerTools([], timeout=5)], stream_keepalive=0.02)
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://gw") as http:
+            client = anthropic.AsyncAnthropic(api_key="k", base_url="http://gw", http_client=http)
+            raw = await client.messages.with_raw_response.create(
+                model="m", max_tokens=10, messages=[{"role": "user", "content": "q"}], stream=True
+            )
+            lines = (await raw.http_response.aread()).decode().split("\n")
+            return [line for line in lines if line.startswith("event:")]
+
+    for run in (asyncio.run, uvloop.run, asyncio.run):
+        kinds = run(main())
+        assert "event: ping" in kinds and kinds[-1] == "event: message_stop"
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
 
 
 class SendWatch:

@@ -401,6 +401,23 @@ async def test_a_request_hook_that_returns_no_body_is_a_hook_error(route: Route)
     assert model.requests == []
 
 
+async def test_a_request_hooks_body_with_a_name_that_is_not_a_string_is_a_hook_error(route: Route) -> None:
+    """A name JSON cannot have is no internal field: the body is refused as not JSON, naming the hook (it was an
+    internal AttributeError, the internal fields' check calling `startswith` on it)."""
+
+    class Bad(CustomLogger):
+        async def async_pre_agentic_loop_request_hook(self, request: Any, **_: Any) -> Any:
+            return {**request, 1: "one"}
+
+    model = ScriptedModel(route.text("never sent"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Bad()])) as client:
+        response = await post(client, route, route.request())
+    assert response.status_code == 500
+    message = route.error(response.json())[1]
+    assert "Bad.async_pre_agentic_loop_request_hook" in message and "not JSON" in message
+    assert model.requests == []
+
+
 async def test_a_cancellation_raised_inside_a_hook_is_a_hook_error(route: Route) -> None:
     class Cancelling(CustomLogger):
         async def async_should_run_agentic_loop(self, **_: Any) -> Any:
