@@ -18,7 +18,9 @@ import functools
 import operator
 from typing import Any, SupportsIndex
 
-from .payload import JSONObject, dumps
+import orjson
+
+from .payload import JSONObject, dumps, jsonable
 
 
 class Stamp:
@@ -292,7 +294,7 @@ class BodyEncoder:
     messages begin, a view of them made only when they are reused (a view and its buffer are some 250 bytes).
     """
 
-    __slots__ = ("body", "field", "sent", "stamp", "start")
+    __slots__ = ("body", "field", "opaque", "sent", "stamp", "start")
 
     def __init__(self, field: str = "messages") -> None:
         self.field = field  # the body field that holds the conversation
@@ -300,6 +302,7 @@ class BodyEncoder:
         self.body = b""  # the last body written, whose bytes from `start` to its last two are those messages
         self.start = 0
         self.stamp = Stamp()
+        self.opaque = False  # whether the messages last written held an object the encoder cannot watch
 
     def items(self) -> memoryview:
         """The bytes of the messages already sent, comma-separated, inside the last body written."""
@@ -327,11 +330,13 @@ class BodyEncoder:
             # would be lost), and Python's equality is not JSON's (`True == 1`, `1.0 == 1`).
             and all(map(operator.is_, sent, messages))
         )
+        self.opaque = False
         if reuse:
             tail = messages[len(sent) :]
-            parts = [self.items(), b",", memoryview(dumps(tail))[1:-1]] if tail else [self.items()]
+            parts = [self.items(), b",", memoryview(self.messages_json(tail))[1:-1]] if tail else [self.items()]
         else:
-            parts = [memoryview(dumps(messages))[1:-1]]  # one call: orjson writes the array, we drop its brackets
+            # One call: orjson writes the array, we drop its brackets.
+            parts = [memoryview(self.messages_json(messages))[1:-1]]
         opening = _opening(self.field)
         if head == b"{}":
             opening = opening[1:]
@@ -340,5 +345,17 @@ class BodyEncoder:
         self.stamp.written = False
         unwatched = slice(len(sent) if reuse else 0, None)  # written in place: `list`'s own, not the watched list's
         list.__setitem__(messages, unwatched, _watched(list.__getitem__(messages, unwatched), self.stamp))
-        self.sent, self.body, self.start = tuple(messages), raw, start
+        # Messages holding an object the encoder cannot watch are written whole next time (see `unwatchable`).
+        self.sent, self.body, self.start = () if self.opaque else tuple(messages), raw, start
         return raw
+
+    def messages_json(self, messages: list[Any]) -> bytes:
+        """The messages' JSON, noting whether any holds an object orjson could not write itself (`unwatchable`)."""
+        return orjson.dumps(messages, default=self.unwatchable)
+
+    def unwatchable(self, value: Any) -> Any:
+        """orjson's `default`: `value` (an SDK's pydantic object, a `Mapping` that is not a `dict`) is no container
+        the encoder can watch, so an edit of it in place in a later round would go unseen: the history it is in is
+        not reused (`test_an_sdk_object_in_the_history_edited_in_place_a_round_later_is_sent_as_edited`)."""
+        self.opaque = True
+        return jsonable(value)

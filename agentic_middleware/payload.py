@@ -111,10 +111,11 @@ def own_size(raw: bytes) -> bytes:
 
 def dumps(value: Any) -> bytes:
     """Serialize a body; pydantic models (LiteLLM's response types) are dumped as JSON too."""
-    return orjson.dumps(value, default=_jsonable)
+    return orjson.dumps(value, default=jsonable)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """What `dumps` writes of an object orjson cannot write itself: an SDK's pydantic object, a `Mapping`."""
     if hasattr(value, "to_dict") and hasattr(value, "model_dump"):
         # The official SDKs' objects: as the API sent them (fields it left out stay out, no `"citations": null`).
         return value.to_dict(mode="json")

@@ -7,7 +7,9 @@ import copy
 import pickle
 from typing import Any
 
+import anthropic
 import orjson
+import pytest
 from conftest import http_client
 
 from agentic_middleware import AgenticLoopMiddleware, AgenticLoopPlan, AgenticLoopRequestPatch, CustomLogger
@@ -134,6 +136,48 @@ async def test_a_deep_copy_of_the_history_edited_in_place_a_round_later_is_sent_
     requests = await looped(CopyThenStub(), rounds=3, text="a text")
     firsts = [orjson.loads(request.raw)["messages"][0]["content"] for request in requests]
     assert firsts == ["a text", "a text", "a text", "stubbed"]
+
+
+@pytest.mark.parametrize("where", ["message", "block"])
+async def test_an_sdk_object_in_the_history_edited_in_place_a_round_later_is_sent_as_edited(where: str) -> None:
+    """A hook may put the SDKs' own objects in the history (an `anthropic.types.Message`, a `TextBlock` in a message
+    it builds); they are pydantic models, not containers the encoder can watch. Edited in place in a later round (a
+    compression hook stubbing a text), the edit must reach the app: the encoder reused the bytes it wrote before."""
+
+    class SdkHistory(CustomLogger):
+        def __init__(self) -> None:
+            self.rounds = 0
+            self.text: Any = None
+
+        async def async_should_run_agentic_loop(self, response, **rest):  # type: ignore[no-untyped-def]
+            calls = [block for block in response["content"] if block["type"] == "tool_use"]
+            return bool(calls), {"tool_calls": calls}
+
+        async def async_build_agentic_loop_plan(self, tools, messages, **rest):  # type: ignore[no-untyped-def]
+            self.rounds += 1
+            if self.rounds == 1:
+                self.text = anthropic.types.TextBlock(type="text", text="as first said")
+                said: Any = {"role": "assistant", "content": [self.text]}
+                if where == "message":
+                    said = anthropic.types.Message(
+                        id="msg_1", type="message", role="assistant", model="m", content=[self.text],
+                        stop_reason="end_turn", usage=anthropic.types.Usage(input_tokens=1, output_tokens=1),
+                    )  # fmt: skip
+                messages = [*messages, said, {"role": "user", "content": "go on"}]
+            else:
+                self.text.text = "stubbed"
+            call = tools["tool_calls"][0]
+            history = [
+                *messages,
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}]},
+            ]
+            return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=history))
+
+    requests = await looped(SdkHistory(), rounds=2)
+    said = [orjson.loads(request.raw)["messages"][1:2] for request in requests]
+    assert said[1][0]["content"][0]["text"] == "as first said"
+    assert said[2][0]["content"][0]["text"] == "stubbed"
 
 
 async def test_a_message_equal_to_the_one_sent_but_not_the_same_is_sent_as_it_is_now() -> None:
