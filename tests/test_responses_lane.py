@@ -3,6 +3,7 @@ is renumbered in bytes without the SSE reader; the client and the hooks get what
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -142,6 +143,31 @@ UNREADABLE = {  # as the reader reads them: the round fails with the route's err
 }
 
 
+def _sdk_text(chunks: list[bytes]) -> str | None:
+    """The text the openai SDK adds to the first message's first part of these events (it reads each with `json`),
+    or None where one cannot be read."""
+    text = ""
+    for chunk in chunks:
+        for event in chunk.replace(b"\r\n", b"\n").split(b"\n\n"):
+            data = next((line[6:] for line in event.split(b"\n") if line.startswith(b"data: ")), None)
+            if data is None:
+                continue
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                return None
+            if payload.get("type") == "response.output_text.delta" and payload["output_index"] == 0:
+                text += payload["delta"]
+    return text
+
+
+def _spelled(text: str) -> bytes | None:
+    try:
+        return orjson.dumps(text)
+    except orjson.JSONEncodeError:  # half a surrogate pair: the round cannot be read anyway
+        return None
+
+
 @pytest.mark.parametrize("odd", list(ODD))
 @pytest.mark.parametrize("at", ["first round", "later round"])
 async def test_an_odd_delta_reaches_the_client_and_the_hooks_as_the_reader_reads_it(odd: str, at: str) -> None:
@@ -158,6 +184,12 @@ async def test_an_odd_delta_reaches_the_client_and_the_hooks_as_the_reader_reads
     odd_round = streams[-1] if at == "later round" else streams[0]
     assert odd_round[4].startswith(_DELTA)
     odd_round[4:4] = ODD[odd]
+    # The text the client's SDK adds of the odd deltas, told in the item's ends too (its `.done` events and the
+    # terminal's output), as a server that sends them would: else the round fails for the text alone.
+    shown = _sdk_text(ODD[odd])
+    told = _spelled(shown + "plain text") if shown is not None else None
+    if told is not None:
+        odd_round[:] = [e if e.startswith(_DELTA) else e.replace(b'"plain text"', told) for e in odd_round]
 
     async def run(merged: bool) -> tuple[list[tuple[str, Any]], Any, list[str], int]:
         noted, ran = noted_lookup()
@@ -212,10 +244,16 @@ def test_a_plain_delta_taken_by_the_lane_is_renumbered_in_later_rounds() -> None
 
 async def test_a_delta_of_the_message_after_a_call_began_is_held_as_the_reader_holds_it() -> None:
     """The lane closes at any event but a delta: a delta of the message's part that comes after a call's item began
-    is held with the call (and dropped with it when the call is claimed), never passed on at once."""
+    (the message still open, its ends after it) is held with the call (and dropped with it when the call is
+    claimed), never passed on at once."""
     first = list(sse.responses_events(response({**response("x")["output"][0], "id": "msg_2"}, CALL_ITEM)))
     at = next(n for n, event in enumerate(first) if b'"type":"function_call"' in event) + 1
-    first.insert(at, delta(b"late", orjson.loads(first[at - 1].split(b"data: ", 1)[1])["sequence_number"] + 1))
+    ends = [e for e in first[:at] if e.split(b"\n", 1)[0].endswith((b"text.done", b"part.done", b"item.done"))]
+    first = [e for e in first if e not in ends]
+    at -= len(ends)
+    first[at:at] = [delta(b"late", 0), *ends]  # the message's ends after the late delta
+    # telling its text with it, as a server that sends it so would
+    first = [e if e.startswith(_DELTA) else e.replace(b'"text":"x"', b'"text":"xlate"') for e in first]
     streams = [first, list(sse.responses_events(response("done")))]
     got = []
     for merged in (False, True):
@@ -225,7 +263,7 @@ async def test_a_delta_of_the_message_after_a_call_began_is_held_as_the_reader_h
             raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
         got.append(raw.content)
         assert ran == ["k"]
-    assert got[0] == got[1] and b"late" not in got[0]  # held with the claimed call, and dropped with it
+    assert got[0] == got[1] and b'"delta":"late"' not in got[0]  # held with the claimed call, and dropped with it
 
 
 CALL_ITEM = function_call("lookup", {"key": "k"})
@@ -332,4 +370,46 @@ async def test_a_text_delta_of_a_part_the_client_does_not_have_ends_the_round_wi
             raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
         got = [orjson.loads(event.data) for event in SSEReader().feed(raw.content)]
         assert got[-1]["type"] == "error" and "no such output_text" in got[-1]["message"], (merged, got[-1])
+        assert ran == []
+
+
+def _after(kind: bytes, events: list[bytes]) -> list[bytes]:
+    """A delta of the message's part inserted after the first event of `kind`."""
+    at = next(n for n, e in enumerate(events) if e.startswith(b"event: " + kind + b"\n")) + 1
+    return [*events[:at], delta(b" more", 0, item=b"msg_2"), *events[at:]]
+
+
+TOLD_OTHERWISE = {
+    "deltas that spell another text": lambda events: [
+        e.replace(b'"delta":"hel', b'"delta":"HEL') if e.startswith(_DELTA) else e for e in events
+    ],
+    "deltas that spell it in part": lambda events: [e for e in events if b'"delta":"hel' not in e],
+    "a delta after its part's text is done": lambda events: _after(b"response.output_text.done", events),
+    "a delta after its item is done": lambda events: _after(b"response.output_item.done", events),
+    "a delta that is not a string": lambda events: [
+        e.replace(b'"delta":"hel', b'"delta":7,"x":"hel') if e.startswith(_DELTA) else e for e in events
+    ],
+    "deltas told otherwise at the end alone": lambda events: [
+        e.replace(b"hel", b"HEL") if not e.startswith(_DELTA) else e for e in events
+    ],
+}
+
+
+@pytest.mark.parametrize("told", list(TOLD_OTHERWISE))
+async def test_text_deltas_that_spell_another_text_than_the_items_end_the_round_with_an_error_not_a_tool_call(
+    told: str,
+) -> None:
+    """A client shows a message's text as its deltas spell it; the hooks judge the item's text (its
+    `output_text.done`, `output_item.done` and the terminal's, each what another client keeps): deltas that spell
+    another text, or come after the part or the item is done, or are not strings, end the round with the route's
+    error event, its call never run, however the events are cut (each in a chunk of its own takes the lane)."""
+    body = response({**response("hello there")["output"][0], "id": "msg_2"}, function_call("lookup", {"key": "k"}))
+    events = TOLD_OTHERWISE[told](list(sse.responses_events(body, chunk_size=3)))
+    for merged in (False, True):
+        noted, ran = noted_lookup()
+        model = ScriptedModel(event_stream([b"".join(events)] if merged else events), response("done"))
+        async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])) as client:
+            raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+        got = [orjson.loads(event.data) for event in SSEReader().feed(raw.content)]
+        assert got[-1]["type"] == "error", (merged, got[-1])
         assert ran == []

@@ -18,7 +18,7 @@ from ..native import NativeCall, NativeRun
 from ..native.responses import searching, url_citations, web_search_call
 from ..reasoning import leading
 from ..sse_reader import ServerSentEvent
-from . import AppStreamError, StreamMismatch, StreamRelay
+from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
 from .chat import openai_error_type
 from .responses import CALL_TYPES, is_call
 
@@ -36,6 +36,7 @@ _AT_NUMBER = len(_DELTA)
 # the event's end; or nothing but the end; or, after the `logprobs`, OpenAI's `obfuscation` padding (`_PADDING`).
 _ENDS = frozenset((b'","logprobs":[]}\n\n', b'"}\n\n'))
 _PADDING = b'","logprobs":[],"obfuscation":"'
+_NO_TEXT = Spelled()
 
 
 class ResponsesRelay(StreamRelay):
@@ -52,6 +53,7 @@ class ResponsesRelay(StreamRelay):
 
     lane: bytes | None  # what a delta of the open part spells after its number, to its string's opening quote
     lane_moved: bytes  # the same for the client: its output_index moved after the earlier rounds' items
+    lane_text: Spelled  # the open part's text as its deltas spelled it (`texts`)
 
     def __init__(self) -> None:
         self.emit = sse.ResponsesSequence()
@@ -91,6 +93,7 @@ class ResponsesRelay(StreamRelay):
         self.terminal: dict[str, Any] | None = None
         self.done: set[int] = set()  # the app's output_index of each item whose `output_item.done` came
         self.parts: dict[int, list[Any]] = {}  # each message's parts' types, in the order they were added
+        self.texts: dict[tuple[int, int], Spelled] = {}  # each part's text deltas, until its item is done
         self.close_lane()
         self.app_next = -1  # the `sequence_number` the app's next event has, when its last one had one
 
@@ -113,10 +116,12 @@ class ResponsesRelay(StreamRelay):
             return
         spelled = b',"item_id":' + orjson.dumps(item_id) + b',"output_index":%d,"content_index":%d,"delta":"'
         self.lane = spelled % (index, part)
+        self.lane_text = self.texts.setdefault((index, part), Spelled())
         self.lane_moved = spelled % (index + self.base, part) if self.base else self.lane  # one object where the same
 
     def close_lane(self) -> None:
         self.lane = None
+        self.lane_text = _NO_TEXT  # only an open lane adds to it
         self.lane_moved = b""
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
@@ -146,6 +151,7 @@ class ResponsesRelay(StreamRelay):
             out, self.waiting, self.waiting_items = self.release([*self.waiting, payload]), [], set()
             return out
         if kind == "response.output_item.done":
+            self.check_texts(index, payload["item"])
             self.items[index] = payload["item"]
             self.done.add(index)
         elif kind in _LIFECYCLE_START:
@@ -170,7 +176,11 @@ class ResponsesRelay(StreamRelay):
         elif kind in _LIFECYCLE_END:
             self.name_round(payload)
             self.terminal = payload.get("response") or {}
-            self.check_told_alike(self.terminal.get("output"))
+            output = self.terminal.get("output")
+            self.check_told_alike(output)
+            for index in {index for index, _ in self.texts}:  # messages never done: told by the answer alone
+                told = output if isinstance(output, list) and output else None
+                self.check_texts(index, told[index] if told and index < len(told) else self.items[index])
             return _NOTHING
         elif isinstance(index, int) and index not in self.items:
             # An item's event before its `output_item.added`: the client's SDK has no item there (an IndexError in
@@ -179,8 +189,13 @@ class ResponsesRelay(StreamRelay):
         if kind == "response.content_part.added" and isinstance(index, int):
             part = payload.get("part")
             self.parts.setdefault(index, []).append(part.get("type") if isinstance(part, dict) else None)
+            if isinstance(part, dict) and type(part.get("text")) is str and part["text"]:
+                # the SDK's part begins with it, and its deltas are added to it
+                self.texts.setdefault((index, len(self.parts[index]) - 1), Spelled()).add(part["text"])
         elif kind == "response.output_text.delta":
-            self.check_part(index, payload.get("content_index"))
+            self.check_part(index, payload.get("content_index"), payload.get("delta"))
+        elif kind == "response.output_text.done":
+            self.check_done(index, payload.get("content_index"), payload.get("text"))
         payloads = self.cite(kind, payload) if self.rounds else [payload]
         if self.holding:
             self.held += payloads
@@ -202,8 +217,10 @@ class ResponsesRelay(StreamRelay):
         part's item, output_index and content_index as `open_lane` spelled them; after the string, one of the ends
         the API writes (`_ENDS`, `_PADDING`). The string's first quote must be the one before that end (no quote
         within it: no second key, no second event), and the string is read (orjson) to check that it is JSON, as
-        `feed` would; its text is not kept: the round's answer is its terminal event's. It goes out as it came
-        when the app's number is the client's in the first round, else with the client's number and output_index.
+        `feed` would; the string, as it is spelled, is kept with its part's (`Spelled`, `texts`), to be read when the
+        part or its item is done and compared with the text they tell (`check_done`, `check_texts`). It goes out as
+        it came when the app's number is the client's in the first round, else with the client's number and
+        output_index.
         Anything else (a string that is not JSON too: the reader fails the round with `feed`'s own error): None."""
         lane = self.lane
         if lane is None:
@@ -224,13 +241,16 @@ class ResponsesRelay(StreamRelay):
             orjson.loads(chunk[text - 1 : end + 1])  # an escaped quote before an end's spelling is not JSON either
         except orjson.JSONDecodeError:
             return None  # a bad escape, bytes that are not UTF-8, half a surrogate pair, a control character
+        kept = self.lane_text
+        kept += chunk[text:end]  # as `Spelled` keeps it, to be read when the part is done
+        kept += b'","'
         app, ours = self.app_next, self.emit.next
         self.app_next, self.emit.next = app + 1, ours + 1
         if app == ours and not self.base:
             return chunk
         return b"".join((_DELTA, b"%d" % ours, self.lane_moved, chunk[text:]))
 
-    def check_part(self, index: Any, part: Any) -> None:
+    def check_part(self, index: Any, part: Any, delta: Any) -> None:
         """A message's text delta goes to the part its `content_index` names in the parts added so far, as the
         openai SDK's accumulator adds it (by position in the list it appends each `content_part.added` to, an
         `IndexError` or `AssertionError` there otherwise): one of no such `output_text` part cannot be read as the
@@ -239,8 +259,38 @@ class ResponsesRelay(StreamRelay):
         if not isinstance(item, dict) or item.get("type") != "message":
             return  # the SDK adds it to nothing
         parts = self.parts.get(index, [])
-        if type(part) is not int or not 0 <= part < len(parts) or parts[part] != "output_text":
+        if type(part) is not int or not 0 <= part < len(parts) or parts[part] != "output_text" or index in self.done:
             raise ValueError(f"a text delta of part {part!r} of output item {index}, which has no such output_text")
+        if type(delta) is not str:  # the SDK adds it to the part's text
+            raise ValueError(f"a text delta of output item {index} whose delta is {type(delta).__name__}")
+        self.texts.setdefault((index, part), Spelled()).add(delta)
+
+    def check_done(self, index: Any, part: Any, text: Any) -> None:
+        """A part's `output_text.done` gives its whole text (the openai SDK's `ResponseTextDoneEvent`, what a client
+        that prints text at its end shows): the one its deltas spelled, or the round fails; no delta comes after it."""
+        kept = self.texts.get((index, part)) if type(index) is int and type(part) is int else None
+        if kept is None or type(text) is not str:
+            return  # a part with no deltas, or one of no message: the item's text is what is told (`check_texts`)
+        shown = str(kept)
+        if shown and text != shown:
+            raise ValueError(f"the text of part {part} of output item {index} differs from its deltas'")
+        parts = self.parts[index]
+        parts[part] = "output_text done"  # a delta after it reaches no text the SDK keeps (`check_part`)
+
+    def check_texts(self, index: Any, item: Any) -> None:
+        """The item told as the answer has it (its `output_item.done`, else the terminal's): each of its parts'
+        text the one its deltas spelled, the text the client showed as it came, or the round fails. Its kept deltas
+        are let go."""
+        if type(index) is not int:
+            return
+        content = item.get("content") if isinstance(item, dict) else None
+        for part in [key[1] for key in self.texts if key[0] == index]:
+            shown = str(self.texts.pop((index, part)))
+            if not shown:
+                continue  # the client was shown no text of it but the item's
+            told = content[part] if isinstance(content, list) and part < len(content) else None
+            if not isinstance(told, dict) or told.get("text") != shown:
+                raise ValueError(f"the text of part {part} of output item {index} differs from its deltas'")
 
     def check_told_alike(self, output: Any) -> None:
         """The round's answer is its terminal event's `output` (`body`), but the client acts on each item's
