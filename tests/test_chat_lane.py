@@ -76,6 +76,14 @@ ODD = {
     "its delta given twice": lambda c: [twice(c, b"p", b"p"), twice(c, b"q", b"p"), twice(c, b"r", b"p")],
     "a field of its own": lambda c: [content_chunk(c, b"x").replace(b'"}', b'","extra":1}', 1)],
     "two chunks in one message": lambda c: [content_chunk(c, b"x") + content_chunk(c, b"y")],
+    # The lane's template is checked by reading it around a mark: content that is the mark, given twice (the first
+    # one overridden) or nested before the choices, must not move the lane's string out of the choice's content.
+    "the mark as content, its choices given twice": lambda c: [marked_twice(c, b"Zq"), marked_twice(c, b"EVIL")],
+    "the mark as content, a delta nested before": lambda c: [nested(c, b"Zq"), nested(c, b"EVIL"), nested(c, b"X")],
+    "the other mark as content, nested": lambda c: [content_chunk(c, b"Zq"), nested(c, b"Zr"), nested(c, b"EVIL")],
+    # A line break in the string ends its line for the client's SSE parser: the chunk is not one event there.
+    "a line break in its string": lambda c: [content_chunk(c, b"a\nb"), content_chunk(c, b"c\r")],
+    "an end of the stream in its string": lambda c: [content_chunk(c, b"a\n\ndata: [DONE]\n\nb")],
     "a call in the chunk's message": lambda c: [
         content_chunk(c, b"x")
         + content_chunk(c, b"z").replace(
@@ -93,6 +101,20 @@ UNREADABLE = {  # the lane's: its string read with the message, so it reached th
     "an escaped quote before the end's spelling": lambda c: [content_chunk(c, b"a\\"), content_chunk(c, b"b")],
     "a raw control character": lambda c: [content_chunk(c, b"a\tb")],
 }
+
+
+def marked_twice(like: bytes, spelled: bytes) -> bytes:
+    """A content chunk spelling `spelled` whose choices are given again after it, with the content `Zq`: JSON's last
+    key wins, so the SDK reads `Zq` whatever `spelled` is."""
+    again = b',"choices":[{"index":0,"delta":{"content":"Zq"},"logprobs":null,"finish_reason":null}]}\n\n'
+    return content_chunk(like, spelled)[: -len(b"}\n\n")] + again
+
+
+def nested(like: bytes, spelled: bytes) -> bytes:
+    """A content chunk `Zq` with a field of its own before its choices that holds `"delta":{"content":spelled}`, and
+    no `usage` key (which a client that did not ask for usage does not get: a chunk written anew)."""
+    chunk = content_chunk(like, b"Zq").replace(b'"usage":null,', b"")
+    return chunk.replace(b'"model"', b'"x":{"delta":{"content":"' + spelled + b'"}},"model"', 1)
 
 
 def twice(like: bytes, first: bytes, second: bytes) -> bytes:
@@ -126,12 +148,17 @@ class Judge(CustomLogger):
 
 
 async def run(streams: list[list[bytes]], merged: bool) -> tuple[list[Any], Any, list[str], list[Any]]:
+    """The client's chunks, the openai SDK's final completion (or what it raised), the tool calls run, and what the
+    hooks judged: each answer's content, then the assistant messages the app got back in later rounds."""
     noted, ran = noted_lookup()
     judge = Judge()
     model = ScriptedModel(*(event_stream([b"".join(s)] if merged else s) for s in streams))
     async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted]), judge])) as client:
         raw = await client.post("/v1/chat/completions", json={"model": "m", "messages": USER, "stream": True})
     events = [event.data for event in SSEReader().feed(raw.content)]
+    for request in model.requests[1:]:  # the history sent back holds the content the hooks' answer had
+        history = request.body["messages"]
+        judge.judged.append([m.get("content") for m in history if m.get("role") == "assistant"])
     model = ScriptedModel(*(event_stream([b"".join(s)] if merged else s) for s in streams))
     sdk = openai_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])]))
     try:

@@ -16,7 +16,8 @@ _TOP_FIELDS = ("system_fingerprint", "service_tier")
 _SET_FIELDS = frozenset({"role", "id", "type", "name", "index"})  # repeated whole, never appended to
 _SEPARATOR = "\n\n"  # between the text of two rounds, which a chat client reads as one string
 _CONTENT = b'"delta":{"content":'
-_MARK = "Zq"  # the string a chunk's template is read with (`ChatRelay.open_lane`)
+_MARKS = ("Zq", "Zr")  # the strings a chunk's template is read with (`ChatRelay.open_lane`): one not its content
+_LINE_BREAKS = (b"\n", b"\r")  # in a string taken unread, they would end its line for the client's SSE parser
 
 
 class ChatRelay(StreamRelay):
@@ -62,8 +63,9 @@ class ChatRelay(StreamRelay):
     def open_lane(self, event: ServerSentEvent, index: int, text: str, pieces: Spelled) -> None:
         """A chunk that only adds `text` to one choice's content was read and sent: the chunks that differ from it
         in that string alone are taken without the reader (`pass_on`). Its bytes are cut around the string (spelled
-        as orjson spells it), and the cut is checked by reading the two parts joined around another string: they
-        must be the chunk with that string as its content, whatever else they spell, keys given twice included."""
+        as orjson spells it), and the cut is checked by reading the two parts joined around a string other than
+        `text`: they must be the chunk with that string as its content, whatever else they spell, keys given twice
+        included (around `text` itself, a cut at another place spelling `text` would pass)."""
         raw = b"data: " + event.data + b"\n\n"
         spelled = orjson.dumps(text)
         at = raw.find(_CONTENT + spelled + b"}")
@@ -71,9 +73,12 @@ class ChatRelay(StreamRelay):
             return
         start = at + len(_CONTENT) + 1  # after the string's opening quote
         head, end = raw[:start], raw[start + len(spelled) - 2 :]
+        # The mark must differ from the content: read with the content's own string, a cut at another place that
+        # spells the same string (a nested `"delta":{"content":...}`, a key given twice) would read as the content.
+        mark = _MARKS[text == _MARKS[0]]
         read = orjson.loads(event.data)
-        read["choices"][0]["delta"]["content"] = _MARK
-        template = orjson.loads(head[6:] + _MARK.encode() + end[:-2])
+        read["choices"][0]["delta"]["content"] = mark
+        template = orjson.loads(head[6:] + mark.encode() + end[:-2])
         if template != read:
             return
         if self.head != (read.get("id"), read.get("created")) or (not self.include_usage and "usage" in read):
@@ -81,17 +86,18 @@ class ChatRelay(StreamRelay):
             if not self.include_usage:
                 read.pop("usage", None)
             client = sse.data_event(read)
-            marked = b'"content":"' + _MARK.encode() + b'"'
+            marked = b'"content":"' + mark.encode() + b'"'
             if client.count(marked) != 1:
                 return
             cut = client.find(marked) + len(b'"content":"')
-            self.lane_client = (client[:cut], client[cut + len(_MARK) :])
+            self.lane_client = (client[:cut], client[cut + len(mark) :])
         self.lane, self.lane_end, self.lane_text = head, end, pieces
 
     def pass_on(self, chunk: bytes) -> bytes | None:
         """A chunk that adds to the content of the choice of the last chunk read, as that one did (`open_lane`),
         without the reader: its bytes must be that chunk's but for its string, whose first quote closes it (no
-        quote within it: no second key, no second chunk) with no backslash before it. The string, as it is
+        quote within it: no second key, no second chunk) with no backslash before it, and no line break in it (the
+        client's SSE parser would end its line there: not one event). The string, as it is
         spelled, is added to the choice's content (`Spelled`), read when the message is (one that is not JSON then
         fails the round). It goes out as it came, or, where the client's chunks differ (a later round's id and
         `created`, no `usage` the client did not ask for), in the client's bytes around the string as spelled."""
@@ -104,6 +110,8 @@ class ChatRelay(StreamRelay):
         end = chunk.find(b'"', size)
         if chunk[end:] != self.lane_end or chunk[end - 1] == 92:
             return None
+        if chunk.find(_LINE_BREAKS[0], size, end) >= 0 or chunk.find(_LINE_BREAKS[1], size, end) >= 0:
+            return None  # not one event to the client's SSE parser (`data: [DONE]` could follow): the reader's
         text = self.lane_text
         text += chunk[size:end]  # as `Spelled` keeps it
         text += b'","'
