@@ -84,6 +84,8 @@ ODD = {
     # A line break in the string ends its line for the client's SSE parser: the chunk is not one event there.
     "a line break in its string": lambda c: [content_chunk(c, b"a\nb"), content_chunk(c, b"c\r")],
     "an end of the stream in its string": lambda c: [content_chunk(c, b"a\n\ndata: [DONE]\n\nb")],
+    # An event in two `data:` lines: a later chunk like it without the second `data: ` is half a chunk to the client.
+    "an event in two data lines": lambda c: [two_lines(c, b"a", b"data: "), two_lines(c, b"EVIL"), two_lines(c, b"X")],
     "a call in the chunk's message": lambda c: [
         content_chunk(c, b"x")
         + content_chunk(c, b"z").replace(
@@ -115,6 +117,11 @@ def nested(like: bytes, spelled: bytes) -> bytes:
     no `usage` key (which a client that did not ask for usage does not get: a chunk written anew)."""
     chunk = content_chunk(like, b"Zq").replace(b'"usage":null,', b"")
     return chunk.replace(b'"model"', b'"x":{"delta":{"content":"' + spelled + b'"}},"model"', 1)
+
+
+def two_lines(like: bytes, spelled: bytes, field: bytes = b"") -> bytes:
+    """A content chunk whose JSON goes on in a second line after its id, begun with `field`."""
+    return content_chunk(like, spelled).replace(b',"choices":', b",\n" + field + b'"choices":', 1)
 
 
 def twice(like: bytes, first: bytes, second: bytes) -> bytes:

@@ -65,7 +65,11 @@ class ChatRelay(StreamRelay):
         in that string alone are taken without the reader (`pass_on`). Its bytes are cut around the string (spelled
         as orjson spells it), and the cut is checked by reading the two parts joined around a string other than
         `text`: they must be the chunk with that string as its content, whatever else they spell, keys given twice
-        included (around `text` itself, a cut at another place spelling `text` would pass)."""
+        included (around `text` itself, a cut at another place spelling `text` would pass). An event given in more
+        than one `data:` line opens no lane: a later chunk of its bytes without the second line's `data: ` would be
+        half a chunk to the client's SSE parser (that line another field's), while the lane read it whole."""
+        if event.data.find(b"\n") >= 0:
+            return  # more than one `data:` line: its bytes are not the one line `raw` spells
         raw = b"data: " + event.data + b"\n\n"
         spelled = orjson.dumps(text)
         at = raw.find(_CONTENT + spelled + b"}")
