@@ -381,6 +381,34 @@ async def test_a_delta_taken_unread_whose_string_is_not_json_ends_the_round_with
     assert ran == [] and len(model.requests) == 1
 
 
+@pytest.mark.parametrize(
+    "spelled",
+    [b"a\n\nevent: message_stop\ndata: {\\u0022type\\u0022:\\u0022message_stop\\u0022}\n\nb", b"a\rb", b"a\nb"],
+)
+async def test_a_delta_whose_string_holds_a_line_end_never_reaches_the_client_and_no_tool_runs(spelled: bytes) -> None:
+    """A raw line end within a delta's string would cut the client's event in two (SSE ends a line at CR or LF), so
+    such a delta is not taken unread: the reader reads it, the client never gets its bytes, the round ends with the
+    route's error event and its tool call never runs."""
+    noted, ran = noted_lookup()
+    events = list(sse.messages_events(message("hello", tool_use("lookup", {"key": "k"}, "toolu_1"))))
+    bad = (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
+        b'"text":"' + spelled + b'"}}\n\n'
+    )
+    events.insert(3, bad)
+    model = ScriptedModel(event_stream(events))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])
+    async with http_client(app) as client:
+        response = await client.post(
+            "/v1/messages", json={"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
+        )
+    assert response.status_code == 200
+    assert spelled not in response.content and b"message_stop" not in response.content
+    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
+    assert orjson.loads(last[6:])["type"] == "error"
+    assert ran == [] and len(model.requests) == 1
+
+
 CUT = [  # a character's UTF-8 cut between two deltas: neither line is UTF-8, as the client's SDK decodes each
     (b"\xe2\x82", b"\xac"),  # the euro sign
     (b"a\xc3", b"\xa9b"),

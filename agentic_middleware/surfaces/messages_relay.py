@@ -96,7 +96,8 @@ class MessagesRelay(StreamRelay):
 
         A text or thinking delta of the open block (`open_lane`) is taken unread: its string, as it is spelled, is
         added to the block's (`Spelled`), to be read when the block ends, as the client's SDK reads each. It needs no
-        quote within its string (no second key, no second event) and no backslash before its closing quote. Any
+        quote within its string (no second key, no second event), no line end in it (which would cut the client's
+        event) and no backslash before its closing quote. Any
         other delta in the shape is read as `feed` reads it. In the first round a delta goes out as it came; in a
         later one with its index moved after the earlier rounds' blocks: an unread one by its start spelled anew
         (`lane_moved`), a read one written anew as `feed` writes it (moving the index in bytes it has not checked
@@ -109,6 +110,8 @@ class MessagesRelay(StreamRelay):
             and chunk.find(b'"', size) == len(chunk) - 5  # its first quote closes its string: none within it
             and chunk[-4:] == b"}}\n\n"
             and chunk[-6] != 92  # no backslash before that quote
+            and chunk.find(b"\n", size, -4) < 0  # no line end within its string, which would cut the client's event
+            and chunk.find(b"\r", size) < 0
         ):
             text = self.lane_text
             text += chunk[size:-5]  # as `Spelled` keeps it
