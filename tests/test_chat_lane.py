@@ -11,7 +11,7 @@ from conftest import http_client, openai_client
 from hypothesis import given
 from hypothesis import strategies as st
 from streams import event_stream
-from test_relays import CHAT, chat_round, fed_round, noted_lookup, rounds_settings, same_json
+from test_relays import CHAT, chat_round, fed_round, noted_lookup, passed_round, rounds_settings, same_json
 
 from agentic_middleware import AgenticLoopMiddleware, CustomLogger, ServerTools, sse
 from agentic_middleware.sse_reader import SSEReader
@@ -34,16 +34,8 @@ def test_chat_chunks_passed_on_unread_give_the_client_and_the_hooks_what_reading
     for number in range(count):
         body = data.draw(chat_round(final=number == count - 1))
         events = list(sse.chat_chunks(body, include_usage=True, chunk_size=chunk_size))  # as asked of the app
-        passed.begin_round()
-        reader = SSEReader()
-        got: list[bytes] = []
-        for event in events:
-            out = passed.pass_on(event) if reader.between_events else None
-            if out is None:
-                got += [data for read in reader.feed(event) for data in passed.feed(read)]
-            else:
-                got.append(out)
-                taken += 1
+        got, taken_now = passed_round(passed, events)
+        taken += taken_now
         assert got == fed_round(fed, b"".join(events), data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
         assert same_json(passed.body()) == same_json(fed.body()) == same_json(body)
     final = same_json(body)

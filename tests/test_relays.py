@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import anthropic
+import httpx2
 import orjson
 import pytest
 from conftest import http_client
@@ -261,6 +262,23 @@ def fed_round(relay: StreamRelay, stream: bytes, cuts: list[int]) -> list[bytes]
     return [data for chunk in cut(stream, cuts) for event in reader.feed(chunk) for data in relay.feed(event)]
 
 
+def passed_round(relay: StreamRelay, events: list[bytes]) -> tuple[list[bytes], int]:
+    """One round as a live stream reads it, each event in a chunk of its own: `pass_on` where it takes the event
+    (between two events), else the reader and `feed`. What the client got, and how many events `pass_on` took."""
+    relay.begin_round()
+    reader = SSEReader()
+    got: list[bytes] = []
+    taken = 0
+    for event in events:
+        out = relay.pass_on(event) if reader.between_events else None
+        if out is None:
+            got += [data for read in reader.feed(event) for data in relay.feed(read)]
+        else:
+            got.append(out)
+            taken += 1
+    return got, taken
+
+
 @rounds_settings
 @given(data=st.data(), count=st.integers(1, 3), chunk_size=st.integers(1, 12))
 def test_events_passed_on_unread_give_the_client_and_the_hooks_what_reading_each_gives(
@@ -359,8 +377,16 @@ async def test_a_delta_taken_unread_whose_string_is_not_json_ends_the_round_with
     """The open block's text deltas are read when the block ends (`Spelled`): one whose string is not JSON reached
     the client as the app sent it, and then the round cannot be read. It ends with the route's error event, its
     tool call never runs, and no answer of it is judged."""
-    noted, ran = noted_lookup()
+    bad, response, error = await with_delta_spelled(spelled)
+    assert bad in response.content  # it reached the client as it came
+    assert "could not be read" in error["error"]["message"]
 
+
+async def with_delta_spelled(spelled: bytes) -> tuple[bytes, httpx2.Response, dict[str, Any]]:
+    """A streamed round whose text block gets one more delta whose string is `spelled` as it is, then a call of
+    `lookup`: the delta, the client's response and its last event, checked to be an error event; the call never ran
+    and the app was called once."""
+    noted, ran = noted_lookup()
     events = list(sse.messages_events(message("hello", tool_use("lookup", {"key": "k"}, "toolu_1"))))
     bad = (
         b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
@@ -374,11 +400,11 @@ async def test_a_delta_taken_unread_whose_string_is_not_json_ends_the_round_with
             "/v1/messages", json={"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
         )
     assert response.status_code == 200
-    assert bad in response.content  # it reached the client as it came
     last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
     error = orjson.loads(last[6:])
-    assert error["type"] == "error" and "could not be read" in error["error"]["message"]
+    assert error["type"] == "error"
     assert ran == [] and len(model.requests) == 1
+    return bad, response, error
 
 
 @pytest.mark.parametrize(
@@ -389,24 +415,8 @@ async def test_a_delta_whose_string_holds_a_line_end_never_reaches_the_client_an
     """A raw line end within a delta's string would cut the client's event in two (SSE ends a line at CR or LF), so
     such a delta is not taken unread: the reader reads it, the client never gets its bytes, the round ends with the
     route's error event and its tool call never runs."""
-    noted, ran = noted_lookup()
-    events = list(sse.messages_events(message("hello", tool_use("lookup", {"key": "k"}, "toolu_1"))))
-    bad = (
-        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
-        b'"text":"' + spelled + b'"}}\n\n'
-    )
-    events.insert(3, bad)
-    model = ScriptedModel(event_stream(events))
-    app = AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])
-    async with http_client(app) as client:
-        response = await client.post(
-            "/v1/messages", json={"model": "m", "max_tokens": 9, "messages": USER, "stream": True}
-        )
-    assert response.status_code == 200
+    _, response, _ = await with_delta_spelled(spelled)
     assert spelled not in response.content and b"message_stop" not in response.content
-    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
-    assert orjson.loads(last[6:])["type"] == "error"
-    assert ran == [] and len(model.requests) == 1
 
 
 CUT = [  # a character's UTF-8 cut between two deltas: neither line is UTF-8, as the client's SDK decodes each

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from litellm.integrations.custom_logger import CustomLogger
 from streams import event_stream
-from test_relays import fed_round, noted_lookup, rounds_settings, same_json
+from test_relays import fed_round, noted_lookup, passed_round, rounds_settings, same_json
 from test_responses_relay import RESPONSES, responses_round
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, sse
@@ -59,17 +59,7 @@ def test_responses_deltas_passed_on_in_bytes_give_the_client_and_the_hooks_what_
     for number in range(count):
         body = data.draw(responses_round(final=number == count - 1))
         events = [reshaped(event, shape) for event in sse.responses_events(body, chunk_size=chunk_size)]
-        passed.begin_round()
-        reader = SSEReader()
-        got: list[bytes] = []
-        taken = 0
-        for event in events:
-            out = passed.pass_on(event) if reader.between_events else None
-            if out is None:
-                got += [data for read in reader.feed(event) for data in passed.feed(read)]
-            else:
-                got.append(out)
-                taken += 1
+        got, taken = passed_round(passed, events)
         assert got == fed_round(fed, b"".join(events), data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
         assert same_json(passed.body()) == same_json(fed.body()) == same_json(body)
         # Every delta of a message sent before the round's first call, spelled so that it may, took the lane.
@@ -363,14 +353,25 @@ async def test_a_text_delta_of_a_part_the_client_does_not_have_ends_the_round_wi
     the client reads it, and ends with the route's error event, its call never run, however its events are cut."""
     body = response({**response("hello there")["output"][0], "id": "msg_2"}, function_call("lookup", {"key": "k"}))
     events = placed[1](list(sse.responses_events(body)))
+    for last in await failed_both_ways(events):
+        assert "no such output_text" in last["message"], last
+
+
+async def failed_both_ways(events: list[bytes]) -> list[dict[str, Any]]:
+    """The round of `events` (a call of `lookup` among them) streamed twice, each event in a chunk of its own (the
+    lane) and all in one (the reader): each time it ends with an error event and the call never runs. The two error
+    events."""
+    errors = []
     for merged in (False, True):
         noted, ran = noted_lookup()
         model = ScriptedModel(event_stream([b"".join(events)] if merged else events), response("done"))
         async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])) as client:
             raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
         got = [orjson.loads(event.data) for event in SSEReader().feed(raw.content)]
-        assert got[-1]["type"] == "error" and "no such output_text" in got[-1]["message"], (merged, got[-1])
+        assert got[-1]["type"] == "error", (merged, got[-1])
         assert ran == []
+        errors.append(got[-1])
+    return errors
 
 
 def _after(kind: bytes, events: list[bytes]) -> list[bytes]:
@@ -405,11 +406,4 @@ async def test_text_deltas_that_spell_another_text_than_the_items_end_the_round_
     error event, its call never run, however the events are cut (each in a chunk of its own takes the lane)."""
     body = response({**response("hello there")["output"][0], "id": "msg_2"}, function_call("lookup", {"key": "k"}))
     events = TOLD_OTHERWISE[told](list(sse.responses_events(body, chunk_size=3)))
-    for merged in (False, True):
-        noted, ran = noted_lookup()
-        model = ScriptedModel(event_stream([b"".join(events)] if merged else events), response("done"))
-        async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([noted])])) as client:
-            raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
-        got = [orjson.loads(event.data) for event in SSEReader().feed(raw.content)]
-        assert got[-1]["type"] == "error", (merged, got[-1])
-        assert ran == []
+    await failed_both_ways(events)
