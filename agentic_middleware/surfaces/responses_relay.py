@@ -178,9 +178,9 @@ class ResponsesRelay(StreamRelay):
             self.terminal = payload.get("response") or {}
             output = self.terminal.get("output")
             self.check_told_alike(output)
+            told = output if isinstance(output, list) and output else ()
             for index in {index for index, _ in self.texts}:  # messages never done: told by the answer alone
-                told = output if isinstance(output, list) and output else None
-                self.check_texts(index, told[index] if told and index < len(told) else self.items[index])
+                self.check_texts(index, told[index] if index < len(told) else self.items[index])
             return _NOTHING
         elif isinstance(index, int) and index not in self.items:
             # An item's event before its `output_item.added`: the client's SDK has no item there (an IndexError in
