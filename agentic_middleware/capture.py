@@ -8,6 +8,7 @@ accumulated) is `reading.AnswerReading`, its base.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from starlette.types import Message, Send
 
@@ -105,3 +106,17 @@ class ResponseCapture(AnswerReading):
                     await self.client_send({**message, "body": self.body})
             elif self.complete and (self.stream or self.encoding is not None):
                 await self.settle()
+
+
+class Captures(Protocol):
+    """What reads each round of a call itself (`live.LiveStream`): the `send` of one call, as `ResponseCapture`'s."""
+
+    def capture(
+        self,
+        send: Send,
+        forward_headers: Callable[[], Headers] | None,
+        limit: int,
+        on_forward: Callable[[], object] | None = None,
+        forward: bool = True,
+        read_stream: Callable[[bytes], object] | None = None,
+    ) -> ResponseCapture: ...

@@ -79,6 +79,10 @@ class ClientWatch:
             await asyncio.shield(self.waiting)
         return {"type": "http.disconnect"}
 
+    # The watch itself is what the app receives after its body (`Dispatcher.receive`): its bound `after_body` would be
+    # one more object the collector tracks, held for as long as the stream lasts.
+    __call__ = after_body
+
 
 class ClientWriter:
     """The client's `send` for everything the middleware writes itself: it stops for good once the client left.

@@ -12,7 +12,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .asgi import Headers, replay, with_length
-from .capture import ResponseCapture
+from .capture import Captures, ResponseCapture
 from .errors import ModelAppError, ModelAppTimeout
 from .observe import MAPPINGS, RoundRecord
 from .payload import dumps, own_size, parse_object
@@ -98,13 +98,13 @@ class Dispatcher:
 
     __slots__ = (
         "app",
-        "capture",
         "deadline",
         "forward",
         "forwarded",
         "headers",
         "heard",
         "limit",
+        "live",
         "oversize",
         "read_stream",
         "receive",
@@ -140,7 +140,9 @@ class Dispatcher:
         self.deadline: asyncio.Timeout | None = None  # loop_timeout, of the whole loop: set by the loop
         self.forward = True  # False once the client's response has begun (a stream): every answer is kept
         self.heard = False  # the last call's stream sent the client an event: a retry of it would repeat that
-        self.capture: Callable[..., ResponseCapture] = ResponseCapture  # how each answer is read (`LiveStream`'s live)
+        # A live stream (live.py), which reads each round itself; else each answer is read by a `ResponseCapture`. The
+        # stream, not its bound `capture`: a bound method is one more object the collector tracks for the stream's life.
+        self.live: Captures | None = None
 
     def set_headers(self, headers: Headers) -> None:
         """Headers the operator puts on every call; the client's own of the same names are dropped."""
@@ -165,7 +167,7 @@ class Dispatcher:
         """
         while True:
             scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
-            capture = self.capture(
+            capture = (ResponseCapture if self.live is None else self.live.capture)(
                 self.send,
                 None if retries is None else retries.headers,
                 self.limit,

@@ -146,7 +146,7 @@ class RequestEnds:
         """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""
         if self.client.watcher is None:
             self.client.start()
-            self.dispatch.receive = self.client.after_body
+            self.dispatch.receive = self.client  # its `after_body`
 
     @property
     def logging_obj(self) -> AgenticLoopLogging:

@@ -56,17 +56,19 @@ def _raised(outcome: object) -> bool:
 class InFlight:
     """Counts the looped requests running, their cancellation included, so that the shut-down waits for them.
 
-    One object serves every request (`with in_flight:`), so entering it costs no more than the count.
+    One object serves every request, so entering it costs no more than the count. `begin` and `end`, not a `with`:
+    the `with` would hold its bound `__exit__` for as long as the request lasts, one more object the collector tracks
+    for each of thousands of streams.
     """
 
     def __init__(self) -> None:
         self.count = 0
         self.drained: asyncio.Event | None = None  # set when the count falls to 0, for a shut-down waiting
 
-    def __enter__(self) -> None:
+    def begin(self) -> None:
         self.count += 1
 
-    def __exit__(self, *exc_info: object) -> None:
+    def end(self) -> None:
         self.count -= 1
         if not self.count and self.drained is not None:
             self.drained.set()
@@ -83,7 +85,7 @@ class HookLifecycle:
         ]
         self.started = not self.starting
         self._attempt: asyncio.Future[None] | None = None
-        self.in_flight = InFlight()  # `with lifecycle.in_flight:` around each looped request
+        self.in_flight = InFlight()  # `begin` and `end` around each looped request
         clash = _clashes(self.hooks)  # tools known now; those known only once started are checked then
         if clash:
             raise ConfigurationError(f"{clash}: give one of them a `prefix` (or leave the tool out)")

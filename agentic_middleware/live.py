@@ -120,7 +120,9 @@ class LiveStream:
         """The `send` of one call of the app, which is one round: live when the app streams."""
         self.relay.begin_round()
         self.judged = None
-        return RoundCapture(self, send, forward_headers, limit, on_forward, not self.opened, read_stream)
+        if self.opened:  # nothing of a later round goes to the client as the app sent it: nothing to forward with
+            return RoundCapture(self, send, None, limit, None, False, read_stream)
+        return RoundCapture(self, send, forward_headers, limit, on_forward, True, read_stream)
 
     async def start(self, app_start: Message | None) -> None:
         """Begin the client's response: our event-stream headers, with the app's own others."""

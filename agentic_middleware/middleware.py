@@ -146,8 +146,11 @@ class AgenticLoopMiddleware:
             return
         loop = await self._loop_for(surface, compact, scope, receive, send)
         if loop is not None:
-            with self.lifecycle.in_flight:  # a shut-down waits for the loop, its cancellation included
+            self.lifecycle.in_flight.begin()  # a shut-down waits for the loop, its cancellation included
+            try:
                 await loop.run()
+            finally:
+                self.lifecycle.in_flight.end()
 
     async def _count(self, counted: Surface, scope: Scope, receive: Receive, send: Send) -> None:
         """A token count on a route with a tool hook (counting.py). A method of its own, so that `__call__`'s frame,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -321,6 +321,12 @@ class Surface(ABC):
     def relay(self, stream_options: Any) -> StreamRelay | None:
         """A relay for one live stream, given the client's `stream_options`; None: this format streams buffered."""
         return None
+
+    @functools.cached_property
+    def stream_reader(self) -> Callable[[bytes], dict[str, Any] | bytes]:
+        """`accumulated`, bound once for every request of this format (surfaces are made once): a bound method made
+        for each request is one more object the collector tracks, held for as long as its stream lasts."""
+        return self.accumulated
 
     def accumulated(self, raw: bytes) -> dict[str, Any] | bytes:
         """The answer a whole event stream of this route holds, as the app returns it without streaming: how an
