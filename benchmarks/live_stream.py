@@ -4,7 +4,9 @@
   sending the final round's first text delta to the client receiving it, through the middleware and with the app
   serving that round alone to the client. Also the first-round figure from the request's start.
 - Own time per forwarded event: the slope of the middleware's added CPU time between a 100-event and a
-  2,000-event round, so that the fixed cost of a request is left out.
+  2,000-event round, so that the fixed cost of a request is left out; on each route the middleware streams, the
+  app's events in its API's own shape (`ROUTES`; OpenAI's in `openai_streams.py`), so that each delta takes the
+  path a real server's takes: the relay's lane where the API's own bytes allow it, else the SSE reader.
 - Native record latency: in a request that declared Anthropic's web search, the time from the search tool's
   completion to its `web_search_tool_result` reaching the client (the record written between two rounds).
 - Memory of a 10,000-event stream: the tracemalloc peak of one such request through the middleware, above the
@@ -17,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
 
@@ -31,6 +35,7 @@ from agentic_middleware.testing import message, tool_use
 from .cases import Config, Row
 from .e2e_hooks import TOOL, TOOLS, Lookup
 from .harness import Sample, median, median_difference, paired, us
+from .openai_streams import chat_events, chat_request, responses_events, responses_request, token
 
 MARK = b'"text":"tok'  # a text delta of the round being timed
 RECORD = b'"type":"web_search_tool_result"'  # a native search's result block
@@ -50,7 +55,7 @@ def answer_events(tokens: int) -> list[bytes]:
     events += [
         sse.named_event(
             "content_block_delta",
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"tok{n % 1000:03d} "}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": token(n)}},
         )
         for n in range(tokens)
     ]
@@ -110,10 +115,10 @@ class StreamingAnswers:
 
 
 class Client:
-    """One streaming request's scope, `receive` (the body, then nothing: the client stays) and `send`,
-    which notes when the first event carrying `MARK` arrives."""
+    """One streaming request's scope (on `path`), `receive` (the body, then nothing: the client stays) and `send`,
+    which notes when the first event carrying `mark` arrives."""
 
-    def __init__(self, body: bytes, mark: bytes = MARK) -> None:
+    def __init__(self, body: bytes, mark: bytes = MARK, path: str = "/v1/messages") -> None:
         self.mark = mark
         self.scope: Scope = {
             "type": "http",
@@ -121,8 +126,8 @@ class Client:
             "http_version": "1.1",
             "method": "POST",
             "scheme": "http",
-            "path": "/v1/messages",
-            "raw_path": b"/v1/messages",
+            "path": path,
+            "raw_path": path.encode(),
             "query_string": b"",
             "root_path": "",
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
@@ -159,14 +164,14 @@ def request(stream: bool = True, tools: list[dict[str, Any]] = TOOLS) -> bytes:
     return orjson.dumps({**body, "messages": [{"role": "user", "content": "pages=1"}]})
 
 
-def sample(app: Any, model: StreamingAnswers, measure: str) -> Sample:
-    """One streaming request; the nanoseconds of `measure`: "ttft" (emission to arrival of the first marked
-    event), "first" (request start to that arrival) or "cpu" (the CPU time of the whole request: the machine's
-    other processes left out, as the process is alone in its thread)."""
+def sample(app: Any, model: StreamingAnswers, measure: str, route: Route | None = None) -> Sample:
+    """One streaming request (on `route`, Messages' by default); the nanoseconds of `measure`: "ttft" (emission
+    to arrival of the first marked event), "first" (request start to that arrival) or "cpu" (the CPU time of the
+    whole request: the machine's other processes left out, as the process is alone in its thread)."""
 
     async def run() -> float:
         model.rewind()
-        client = Client(request())
+        client = Client(request()) if route is None else Client(route.body, route.mark, route.path)
         cpu = thread_time_ns()
         await client.run(app)
         if measure == "ttft":
@@ -176,6 +181,70 @@ def sample(app: Any, model: StreamingAnswers, measure: str) -> Sample:
         return thread_time_ns() - cpu
 
     return run
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route's stream for the own-time rows: the app's answer of N text deltas in the API's own shape, the
+    client's request, and what a text delta of it holds (the client notes its arrival)."""
+
+    path: str
+    events: Callable[[int], list[bytes]]
+    body: bytes
+    mark: bytes
+    measure: str
+    shape: str
+
+
+ROUTES = (
+    Route("/v1/messages", answer_events, request(), MARK, "own time per forwarded event", "Anthropic's events"),
+    Route(
+        "/v1/responses",
+        responses_events,
+        responses_request("pages=1"),
+        b'"delta":"tok',
+        "own time per forwarded event",
+        "OpenAI's events, each text delta with its obfuscation padding (the lane takes them)",
+    ),
+    Route(
+        "/v1/chat/completions",
+        chat_events,
+        chat_request("pages=1"),
+        b'"content":"tok',
+        "own time per forwarded event",
+        "OpenAI's chunks with include_obfuscation false, usage null in each, the client asking none: the lane "
+        "takes them, written anew without the usage",
+    ),
+    Route(
+        "/v1/chat/completions",
+        lambda tokens: chat_events(tokens, obfuscated=True),
+        chat_request("pages=1", obfuscated=True),
+        b'"content":"tok',
+        "own time per forwarded event, OpenAI's default obfuscated chunks",
+        "OpenAI's chunks as it writes them by default, an obfuscation field differing in each: the lane cannot "
+        "take them, the SSE reader reads each",
+    ),
+)
+SIZES = (100, 2000)  # the events of the two rounds whose difference gives the own time per event
+
+
+async def own_time(route: Route, pairs: int) -> tuple[float, float]:
+    """The middleware's added CPU time over the app alone, in nanoseconds, at the two `SIZES` (paired medians)."""
+    added = []
+    for size in SIZES:
+        events = route.events(size)
+        model, bare = StreamingAnswers(events), StreamingAnswers(events)
+        app = AgenticLoopMiddleware(model, hooks=[Lookup()], streaming=True)
+        wrapped, alone = sample(app, model, "cpu", route), sample(bare, bare, "cpu", route)
+        runs = await paired({"wrapped": wrapped, "bare": alone}, pairs)
+        added.append(median_difference(runs["wrapped"], runs["bare"]))
+    return added[0], added[1]
+
+
+def own_time_row(route: Route, small: float, large: float) -> Row:
+    slope = (large - small) / (SIZES[1] - SIZES[0])
+    detail = f"{route.shape}; added over the app alone: {us(small)} at {SIZES[0]} events, {us(large)} at {SIZES[1]}"
+    return Row(9, f"live stream, {route.path}", route.measure, slope / 1e3, 2.0, detail, unit="µs")
 
 
 def record_sample(app: Any, model: StreamingAnswers, search: NativeSearch) -> Sample:
@@ -242,21 +311,11 @@ async def live_stream(config: Config) -> list[Row]:
     added = median_difference(samples["looped"], samples["alone"])
     first_added = median_difference(samples["single first"], samples["alone first"])
 
-    small, large = 100, 2000
-    per_event: dict[int, tuple[list[float], list[float]]] = {}
-    for size in (small, large):
-        events = answer_events(size)
-        model, bare = StreamingAnswers(events), StreamingAnswers(events)
-        app = AgenticLoopMiddleware(model, hooks=[Lookup()], streaming=True)
-        runs = await paired({"wrapped": sample(app, model, "cpu"), "bare": sample(bare, bare, "cpu")}, config.pairs(60))
-        per_event[size] = (runs["wrapped"], runs["bare"])
-    own_small = median_difference(*per_event[small])
-    own_large = median_difference(*per_event[large])
-    slope = (own_large - own_small) / (large - small)
+    own = [await own_time(route, config.pairs(60)) for route in ROUTES]
 
     tokens = 10_000
     events = answer_events(tokens)
-    answer = orjson.dumps(message("".join(f"tok{n % 1000:03d} " for n in range(tokens))))
+    answer = orjson.dumps(message("".join(token(n) for n in range(tokens))))
     model, bare = StreamingAnswers(events), StreamingAnswers(events)
     app = AgenticLoopMiddleware(model, hooks=[Lookup()], streaming=True)
     await peak(app, model)  # warm
@@ -288,15 +347,7 @@ async def live_stream(config: Config) -> list[Row]:
             f"{us(median(samples['alone']))} from emission to arrival)",
             unit="ms",
         ),
-        Row(
-            9,
-            name,
-            "own time per forwarded event",
-            slope / 1e3,
-            2.0,
-            f"added over the app alone: {us(own_small)} at {small} events, {us(own_large)} at {large}",
-            unit="µs",
-        ),
+        own_time_row(ROUTES[0], *own[0]),
         Row(
             9,
             name,
@@ -306,6 +357,7 @@ async def live_stream(config: Config) -> list[Row]:
             f"tracemalloc peak {growth / kb:.0f} KB above the app alone ({bare_peak / kb:.0f} KB); reading the "
             f"{len(answer) / kb:.0f} KB answer once with orjson peaks at {floor / kb:.0f} KB",
         ),
+        *(own_time_row(route, *added) for route, added in zip(ROUTES[1:], own[1:], strict=True)),
     ]
 
 
