@@ -12,6 +12,10 @@ fresh worker process per measurement, interleaved round by round, the order flip
 - floor, a reference: `streams_app.ReadingFloor`, the least any middleware that reads the stream does (each delta
   parsed and its text kept, every message forwarded through one coroutine), in front of the same app.
 
+At one load (`RESPONSES_AT`), two more, on `/v1/responses` (Codex CLI, the Agents SDK), the app streaming OpenAI's
+events (`openai_streams.py`, each text delta with its `obfuscation` padding): bare and pass-through there, the same
+workers as above, so that the Responses relay's added CPU per event is measured against the same route's bare app.
+
 Per variant: the worker's CPU (its own rusage) per SSE event the clients received, its resident memory's peak above
 what it held just before the streams began (Linux's `clear_refs` resets the peak), the event loop's lag (a probe
 task in the worker, outside the middleware) and the streams that did not complete, by kind.
@@ -42,8 +46,19 @@ from .live_stream import answer_events
 from .streams_app import gc_thresholds
 
 KB = 1024
-APPS = {"bare": "bare", "pass-through": "wrapped", "tool round": "wrapped", "floor": "floor"}
-ROUNDS = {"bare": 0, "pass-through": 0, "tool round": 1, "floor": 0}
+RESPONSES = "/v1/responses"
+BARE_RESPONSES, PASSED_RESPONSES = "bare (Responses)", "pass-through (Responses)"  # names of files too: no slash
+APPS = {
+    "bare": "bare",
+    "pass-through": "wrapped",
+    "tool round": "wrapped",
+    "floor": "floor",
+    BARE_RESPONSES: "bare",
+    PASSED_RESPONSES: "wrapped",
+}
+ROUNDS = {"bare": 0, "pass-through": 0, "tool round": 1, "floor": 0, BARE_RESPONSES: 0, PASSED_RESPONSES: 0}
+ROUTES = {BARE_RESPONSES: RESPONSES, PASSED_RESPONSES: RESPONSES}  # the others' is /v1/messages
+MESSAGES_VARIANTS = ("bare", "pass-through", "tool round", "floor")
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,7 @@ class Load:
 
 FULL = (Load(100, 1000, 0.01), Load(1000, 100, 0.1), Load(10_000, 20, 1.0))
 QUICK = (Load(20, 5, 0.01),)
+RESPONSES_AT = (FULL[1], QUICK[0])  # the loads the /v1/responses variants run at too (one of a run's)
 
 Result = dict[str, Any]
 
@@ -92,7 +108,8 @@ def worker(variant: str, tmp: Path) -> Server:
 
 def measure(driver: Driver, variant: str, load: Load, tmp: Path) -> Result:
     """One variant under one load, in a fresh worker: what the clients got, and the worker's figures."""
-    command = {"tokens": load.tokens, "delay": load.delay, "rounds": ROUNDS[variant]}
+    route = ROUTES.get(variant, "/v1/messages")
+    command = {"tokens": load.tokens, "delay": load.delay, "rounds": ROUNDS[variant], "route": route}
     with worker(variant, tmp) as server:
         driver.send({**command, "url": server.url, "streams": 20, "tokens": 5, "delay": 0.001})  # warm
         before = probe(server.port, "POST")
@@ -112,7 +129,7 @@ def measure(driver: Driver, variant: str, load: Load, tmp: Path) -> Result:
 
 
 def rounds(driver: Driver, load: Load, count: int, tmp: Path) -> dict[str, list[Result]]:
-    names = list(APPS)
+    names = list(APPS) if load in RESPONSES_AT else list(MESSAGES_VARIANTS)
     results: dict[str, list[Result]] = {name: [] for name in names}
     for round_ in range(count):
         for name in names if round_ % 2 == 0 else reversed(names):
@@ -172,7 +189,9 @@ def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
             detail += f"; a minimal reading relay (the floor variant) adds {spread(floor, 'µs')}"
         measure = f"added worker CPU per event, {variant}"
         rows.append(Row(12, name, measure, median(added), 2.0, detail, unit="µs"))
-    memory = {variant: [r["memory"] / load.streams / KB for r in results[variant]] for variant in results}
+    if PASSED_RESPONSES in results:
+        rows.append(responses_row(name, results[PASSED_RESPONSES], results[BARE_RESPONSES]))
+    memory = {variant: [r["memory"] / load.streams / KB for r in results[variant]] for variant in MESSAGES_VARIANTS}
     added = [t - b for t, b in zip(memory["tool round"], memory["bare"], strict=True)]
     answer = answer_bytes(load.tokens) / KB
     detail = (
@@ -203,6 +222,21 @@ def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
     )
     rows.append(Row(12, name, "streams completed without error", completed, 1.0, detail, at_least=True))
     return rows
+
+
+def responses_row(name: str, passed: list[Result], bare: list[Result]) -> Row:
+    """The Responses relay's added worker CPU per event over the bare app on the same route."""
+    added = [per_event(w) - per_event(b) for w, b in zip(passed, bare, strict=True)]
+    without = [per_event(w, collector=False) - per_event(b, collector=False) for w, b in zip(passed, bare, strict=True)]
+    memory = [(w["memory"] - b["memory"]) / w["streams"] / KB for w, b in zip(passed, bare, strict=True)]
+    detail = (
+        f"OpenAI's events, each text delta with its obfuscation padding; worker CPU per event: pass-through "
+        f"{spread([per_event(r) for r in passed], 'µs')}, bare {spread([per_event(r) for r in bare], 'µs')}; added "
+        f"{spread(added, 'µs')}; added per event without the garbage collector {spread(without, 'µs')}; added peak "
+        f"RSS per stream {spread(memory, 'KB')}"
+    )
+    measure = f"added worker CPU per event, pass-through, {RESPONSES}"
+    return Row(12, name, measure, median(added), 2.0, detail, unit="µs")
 
 
 async def many_streams(config: Config) -> list[Row]:

@@ -1,12 +1,14 @@
-"""The server side of case 12: a scripted model app that streams Anthropic Messages slowly, bare or behind the
-middleware, wrapped in a probe that measures the worker's event loop. One uvicorn worker serves one of them:
+"""The server side of case 12: a scripted model app that streams Anthropic Messages (`/v1/messages`) or OpenAI
+Responses (`/v1/responses`, OpenAI's events: `openai_streams.py`) slowly, bare or behind the middleware, wrapped in a
+probe that measures the worker's event loop. One uvicorn worker serves one of them:
 
     python -m uvicorn benchmarks.streams_app:bare --backlog 16384
     python -m uvicorn benchmarks.streams_app:wrapped --backlog 16384
     python -m uvicorn benchmarks.streams_app:floor --backlog 16384   (a reference: `ReadingFloor`)
 
 The first user message says what to stream: `tokens=20 delay=0.5 rounds=1`: with `rounds=1` and no tool result in
-the history yet, a round that calls the `lookup` server tool; then `tokens` text deltas, `delay` seconds apart.
+the history yet, a round that calls the `lookup` server tool (Messages only); then `tokens` text deltas, `delay`
+seconds apart.
 The events are serialized once, at import or at the first request of each size. `GET /probe` answers the probe's
 figures (event-loop lag p50/p99/max in ms, resident memory and its peak in KB, this process's CPU seconds);
 `POST /probe` resets them (the lag samples, and the peak of resident memory, Linux's `clear_refs`) and answers them.
@@ -32,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
 
 from .live_stream import SSE_START, answer_events, tool_round
+from .openai_streams import responses_events
 
 PROBE_EVERY = 0.01
 """Seconds between two wake-ups of the lag probe: it notes by how much each came late."""
@@ -44,10 +47,10 @@ def raise_fd_limit() -> None:
 
 
 @cache
-def final_round(tokens: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    """The final answer's events: those before the deltas, the deltas, those after."""
-    events = answer_events(tokens)
-    return events[:2], events[2 : 2 + tokens], events[2 + tokens :]
+def final_round(tokens: int, path: str = "/v1/messages") -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The final answer's events on the route: those before the deltas, the deltas, those after."""
+    events, head = (responses_events(tokens), 4) if path == "/v1/responses" else (answer_events(tokens), 2)
+    return events[:head], events[head : head + tokens], events[head + tokens :]
 
 
 TOOL_ROUND = tool_round()
@@ -55,14 +58,14 @@ TOOL_ROUND = tool_round()
 
 def script(body: Any) -> tuple[int, float, bool]:
     """What the request asks for: the number of text deltas, the delay between them, and whether to call a tool."""
-    messages = body["messages"]
+    messages = body.get("messages") or body["input"]  # Messages' or Responses'
     words = dict(word.split("=", 1) for word in messages[0]["content"].split())
     answered = any(isinstance(m["content"], list) for m in messages[1:])  # the tool's result came back
     return int(words["tokens"]), float(words["delay"]), words.get("rounds") == "1" and not answered
 
 
 async def slow_model(scope: Scope, receive: Receive, send: Send) -> None:
-    """The model app: a tool round at once when asked, else the text, one delta per `delay`."""
+    """The model app: a tool round at once when asked, else the text in the route's events, one delta per `delay`."""
     if scope["type"] == "lifespan":
         while (message := await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
@@ -79,7 +82,7 @@ async def slow_model(scope: Scope, receive: Receive, send: Send) -> None:
     if tool:
         events = TOOL_ROUND
     else:
-        head, deltas, tail = final_round(tokens)
+        head, deltas, tail = final_round(tokens, scope["path"])
         for event in head:
             await send({"type": "http.response.body", "body": event, "more_body": True})
         for event in deltas:

@@ -1,9 +1,10 @@
 """The load generator of case 12, in a process of its own: `python -m benchmarks.streams_loadgen`.
 
 It reads one JSON command a line on stdin and answers each with one JSON line on stdout:
-`{"url": ..., "streams": 1000, "tokens": 50, "delay": 0.2, "rounds": 1, "opening": 256}` holds `streams` streaming
-`POST /v1/messages` requests open at once (at most `opening` of them between their connect and their response's
-first bytes, so that the server's accept queue never overflows), and answers what the clients received: streams
+`{"url": ..., "streams": 1000, "tokens": 50, "delay": 0.2, "rounds": 1, "opening": 256, "route": "/v1/messages"}`
+holds `streams` streaming requests to `route` (`/v1/messages`, or `/v1/responses`) open at once (at most `opening`
+of them between their connect and their response's first bytes, so that the server's accept queue never
+overflows), and answers what the clients received: streams
 that completed, errors by kind, SSE events, text deltas and keep-alives, this process's CPU seconds, and the
 seconds until every stream had begun and until every one had ended.
 
@@ -25,16 +26,28 @@ from urllib.parse import urlsplit
 import orjson
 
 from .e2e_hooks import TOOLS
+from .openai_streams import responses_request
 
 COUNTED = {
-    "events": b"\n\n",
-    "deltas": b'"text_delta"',
-    "pings": b"event: ping",
-    "errors": b"event: error",
-    "stops": b"event: message_stop",
+    "/v1/messages": {
+        "events": b"\n\n",
+        "deltas": b'"text_delta"',
+        "pings": b"event: ping",
+        "errors": b"event: error",
+        "stops": b"event: message_stop",
+    },
+    "/v1/responses": {
+        "events": b"\n\n",
+        "deltas": b"event: response.output_text.delta",
+        "pings": b"event: response.in_progress",  # the keep-alive's event (and the one of the response's start)
+        "errors": b"event: error",
+        "stops": b"event: response.completed",
+    },
 }
+"""What each stream counts, by route: the stream is complete when it has one stop."""
 END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body
-TAIL = 32  # more than the longest counted string: a count across two reads is made once
+# More than the longest counted string: a count across two reads is made once.
+TAIL = max(len(marker) for counted in COUNTED.values() for marker in counted.values())
 
 
 def raise_fd_limit() -> None:
@@ -46,8 +59,9 @@ class Stream(asyncio.Protocol):
     """One streaming request on its own connection: counts what it reads; `begun` when the first bytes come,
     `ended` when the body's last chunk came or the connection was lost."""
 
-    def __init__(self, request: bytes) -> None:
+    def __init__(self, request: bytes, counted: dict[str, bytes]) -> None:
         self.request = request
+        self.counted = counted
         self.counts: Counter[str] = Counter()
         self.tail = b""
         self.status = 0
@@ -69,7 +83,7 @@ class Stream(asyncio.Protocol):
             self.status = int(window[9:12]) if window.startswith(b"HTTP/1.1 ") else -1
             if not self.begun.done():
                 self.begun.set_result(None)
-        for name, marker in COUNTED.items():
+        for name, marker in self.counted.items():
             self.counts[name] += window.count(marker) - self.tail.count(marker)
         self.tail = window[-TAIL:]
         if window.endswith(END):
@@ -101,10 +115,14 @@ class Stream(asyncio.Protocol):
 
 def request_bytes(url: str, command: dict[str, Any]) -> bytes:
     parts = urlsplit(url)
+    route = command.get("route", "/v1/messages")
     words = f"tokens={command['tokens']} delay={command['delay']} rounds={command.get('rounds', 0)}"
-    messages = [{"role": "user", "content": words}]
-    body = orjson.dumps({"model": "m", "max_tokens": 256, "stream": True, "tools": TOOLS, "messages": messages})
-    head = f"POST /v1/messages HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\nContent-Type: application/json\r\n"
+    if route == "/v1/responses":
+        body = responses_request(words)
+    else:
+        messages = [{"role": "user", "content": words}]
+        body = orjson.dumps({"model": "m", "max_tokens": 256, "stream": True, "tools": TOOLS, "messages": messages})
+    head = f"POST {route} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\nContent-Type: application/json\r\n"
     return head.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
@@ -114,7 +132,8 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
     request = request_bytes(url, command)
     loop = asyncio.get_running_loop()
     opening = asyncio.Semaphore(command.get("opening", 256))
-    streams = [Stream(request) for _ in range(command["streams"])]
+    counted = COUNTED[command.get("route", "/v1/messages")]
+    streams = [Stream(request, counted) for _ in range(command["streams"])]
     cpu, start = process_time(), perf_counter()
 
     async def one(stream: Stream) -> None:
