@@ -257,3 +257,21 @@ def test_a_chunk_whose_string_ends_in_a_backslash_is_left_to_the_reader() -> Non
         [relay.feed(read) for read in reader.feed(event)]
     assert relay.pass_on(events[3]) is events[3]  # the lane is open
     assert relay.pass_on(content_chunk(events[3], b"a\\")) is None
+
+
+def test_a_chunk_whose_string_holds_escaped_quotes_and_backslashes_is_taken_unread_as_spelled() -> None:
+    """The first quote its backslashes leave unescaped closes the string: escaped quotes, and an escaped backslash
+    last, leave the chunk in the one shape, and the lane keeps the string as it is spelled (read with the message)."""
+    relay = CHAT.relay({"include_usage": True})
+    assert relay is not None
+    events = chunks("abcdefghijkl")
+    relay.begin_round()
+    reader = SSEReader()
+    for event in events[:3]:
+        [relay.feed(read) for read in reader.feed(event)]
+    before = bytes(relay.lane_text)
+    spelled = [rb"say \"hi\" \/", rb"a\\", rb"\"\u0041"]
+    for piece in spelled:
+        chunk = content_chunk(events[3], piece)
+        assert relay.pass_on(chunk) is chunk
+    assert bytes(relay.lane_text) == before + b"".join(piece + b'","' for piece in spelled)

@@ -350,10 +350,41 @@ async def test_a_streamed_text_whose_pieces_end_in_an_escaped_quote_or_backslash
     assert [block.text for block in final.content if block.type == "text"] == [text] and judged == [text]
 
 
+def test_a_delta_whose_string_holds_escapes_is_taken_unread_and_read_as_the_reader_reads_it() -> None:
+    """Escaped quotes and backslashes, a string ending in one, escapes orjson would not write: the lane takes every
+    text delta of such a text unread (the first quote its backslashes leave unescaped closes the string), keeping
+    each as it is spelled, and the client and the hooks get what reading each event gives."""
+    spelled = [rb"say \"hi\", \/", rb" then \/ \u0041", rb" ends in \u0041\\", rb"\"\/", rb"\u00e9 \n\t"]
+    deltas = [_LANE + piece + b'"}}\n\n' for piece in spelled]
+    body = message("")
+    events = list(sse.messages_events(body))
+    events[2:2] = deltas
+    relay, fed = MESSAGES.relay(None), MESSAGES.relay(None)
+    relay.begin_round()
+    reader = SSEReader()
+    got = [data for event in events[:2] for read in reader.feed(event) for data in relay.feed(read)]
+    for delta in deltas:
+        assert relay.pass_on(delta) is delta
+    assert bytes(relay.lane_text) == b"".join(piece + b'","' for piece in spelled)  # as spelled: none read
+    got += deltas
+    got += [data for event in events[2 + len(deltas) :] for read in reader.feed(event) for data in relay.feed(read)]
+    assert got == fed_round(fed, b"".join(events), [])
+    text = 'say "hi", / then / A ends in A\\"/é \n\t'
+    assert (
+        same_json(relay.body())
+        == same_json(fed.body())
+        == same_json({**body, "content": [{"type": "text", "text": text}]})
+    )
+
+
+_LANE = (
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"'
+)
+
+
 MISSPELLED = [  # a text delta in the shape `pass_on` takes unread, whose string JSON cannot read
     b"a\\x",  # an escape JSON does not have
     b"\xff\xfe",  # not UTF-8
-    b"a\tb",  # a control character, which a JSON string cannot hold as it is
     b"\\ud83d",  # half of a character (orjson refuses it)
 ]
 
@@ -409,12 +440,18 @@ async def with_delta_spelled(spelled: bytes) -> tuple[bytes, httpx2.Response, di
 
 @pytest.mark.parametrize(
     "spelled",
-    [b"a\n\nevent: message_stop\ndata: {\\u0022type\\u0022:\\u0022message_stop\\u0022}\n\nb", b"a\rb", b"a\nb"],
+    [
+        b"a\n\nevent: message_stop\ndata: {\\u0022type\\u0022:\\u0022message_stop\\u0022}\n\nb",
+        b"a\rb",
+        b"a\nb",
+        b"a\tb",
+    ],
 )
 async def test_a_delta_whose_string_holds_a_line_end_never_reaches_the_client_and_no_tool_runs(spelled: bytes) -> None:
     """A raw line end within a delta's string would cut the client's event in two (SSE ends a line at CR or LF), so
-    such a delta is not taken unread: the reader reads it, the client never gets its bytes, the round ends with the
-    route's error event and its tool call never runs."""
+    such a delta is not taken unread, nor one with any other raw control character (which no JSON string holds): the
+    reader reads it, the client never gets its bytes, the round ends with the route's error event and its tool call
+    never runs."""
     _, response, _ = await with_delta_spelled(spelled)
     assert spelled not in response.content and b"message_stop" not in response.content
 

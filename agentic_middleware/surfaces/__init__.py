@@ -111,12 +111,20 @@ class Pieces:
         return "".join(self.parts)
 
 
+SPELLED_STRING = rb'[^"\\\x00-\x1f]*(?:\\[^\x00-\x1f][^"\\\x00-\x1f]*)*"'
+"""A JSON string's bytes after its opening quote, up to and with its closing quote, as a lane may take them unread
+(`MessagesRelay.pass_on`, `ChatRelay.pass_on`): no raw control character (a CR or LF would end the client's SSE line,
+not its event), every backslash with the character it escapes, so that the first quote not escaped closes it. One C
+call (`re`) checks all of it; what the escapes mean, and whether the bytes are UTF-8, is read when the string is
+(`Spelled`), which fails there for a bad one."""
+
+
 class Spelled(bytearray):
     """A string that arrives in pieces, kept as the JSON strings that spelled them, without their quotes and each
     followed by `","` (`a","b","`), and read once, when joined: each piece is read as the client's SDK reads it, on
     its own. A piece that came as JSON is kept as it was spelled (`MessagesRelay.pass_on`), so that its text costs
-    nothing until its block ends, provided it has no quote and does not end in a backslash: then every escape in it
-    is whole but a `\\u` one (four digits). Where no piece holds an escaped quote, every quote is a separator's, so
+    nothing until its block ends, provided it is spelled as `SPELLED_STRING` takes it: then every escape in it is
+    whole but a `\\u` one (four digits). Where no piece holds an escaped quote, every quote is a separator's, so
     the pieces are read as one string once the separators are taken out; where one does (`\\"` then a comma would
     look like one), or where a `\\u` escape may be cut between two pieces, as one JSON array, each piece an item
     (which holds an object for each piece until joined). A character's UTF-8 may be cut between two pieces too (the

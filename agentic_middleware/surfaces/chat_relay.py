@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -9,7 +10,7 @@ import orjson
 
 from .. import sse
 from ..sse_reader import ServerSentEvent
-from . import AppStreamError, Pieces, Spelled, StreamMismatch, StreamRelay
+from . import SPELLED_STRING, AppStreamError, Pieces, Spelled, StreamMismatch, StreamRelay
 
 _NOTHING: tuple[bytes, ...] = ()
 _TOP_FIELDS = ("system_fingerprint", "service_tier")
@@ -17,7 +18,7 @@ _SET_FIELDS = frozenset({"role", "id", "type", "name", "index"})  # repeated who
 _SEPARATOR = "\n\n"  # between the text of two rounds, which a chat client reads as one string
 _CONTENT = b'"delta":{"content":'
 _MARKS = ("Zq", "Zr")  # the strings a chunk's template is read with (`ChatRelay.open_lane`): one not its content
-_LINE_BREAKS = (b"\n", b"\r")  # in a string taken unread, they would end its line for the client's SSE parser
+_STRING = re.compile(SPELLED_STRING).match  # a content string taken unread: no line break, that would end its line
 
 
 class ChatRelay(StreamRelay):
@@ -99,9 +100,9 @@ class ChatRelay(StreamRelay):
 
     def pass_on(self, chunk: bytes) -> bytes | None:
         """A chunk that adds to the content of the choice of the last chunk read, as that one did (`open_lane`),
-        without the reader: its bytes must be that chunk's but for its string, whose first quote closes it (no
-        quote within it: no second key, no second chunk) with no backslash before it, and no line break in it (the
-        client's SSE parser would end its line there: not one event). The string, as it is
+        without the reader: its bytes must be that chunk's but for its string, whose first quote not escaped closes it
+        (no second key, no second chunk), with no line break or other control character in it (the client's SSE
+        parser would end its line there: not one event): `SPELLED_STRING`. The string, as it is
         spelled, is added to the choice's content (`Spelled`), read when the message is (one that is not JSON then
         fails the round). It goes out as it came, or, where the client's chunks differ (a later round's id and
         `created`, no `usage` the client did not ask for), in the client's bytes around the string as spelled."""
@@ -111,11 +112,12 @@ class ChatRelay(StreamRelay):
         size = len(lane)
         if chunk[:size] != lane:
             return None
-        end = chunk.find(b'"', size)
-        if chunk[end:] != self.lane_end or chunk[end - 1] == 92:
+        spelled = _STRING(chunk, size)  # no line break (`data: [DONE]` could follow it), no quote unescaped but its end
+        if spelled is None:
             return None
-        if chunk.find(_LINE_BREAKS[0], size, end) >= 0 or chunk.find(_LINE_BREAKS[1], size, end) >= 0:
-            return None  # not one event to the client's SSE parser (`data: [DONE]` could follow): the reader's
+        end = spelled.end() - 1
+        if chunk[end:] != self.lane_end:
+            return None
         text = self.lane_text
         text += chunk[size:end]  # as `Spelled` keeps it
         text += b'","'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from ..native import NativeCall, NativeRun
 from ..native.messages import cited, pair, server_id, server_tool_use
 from ..payload import UNREAD
 from ..sse_reader import ServerSentEvent
-from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
+from . import SPELLED_STRING, AppStreamError, Spelled, StreamMismatch, StreamRelay
 
 _NOTHING: tuple[bytes, ...] = ()
 
@@ -35,6 +36,8 @@ def _lane(index: int, kind: str) -> bytes:
 
 _STREAMED = frozenset(("text", "thinking"))  # the blocks whose deltas are read when the block ends
 _TAKES_INPUT = frozenset(("tool_use", "server_tool_use", "mcp_tool_use"))  # the blocks the SDKs add tool input to
+_STRING_TO_THE_END = re.compile(SPELLED_STRING + b"}}\n\n").fullmatch
+"""A text or thinking delta's string from after its opening quote, and the event's end right after it."""
 
 
 class MessagesRelay(StreamRelay):
@@ -96,23 +99,16 @@ class MessagesRelay(StreamRelay):
 
         A text or thinking delta of the open block (`open_lane`) is taken unread: its string, as it is spelled, is
         added to the block's (`Spelled`), to be read when the block ends, as the client's SDK reads each. It needs no
-        quote within its string (no second key, no second event), no line end in it (which would cut the client's
-        event) and no backslash before its closing quote. Any
+        unescaped quote within its string (no second key, no second event) and no line end or other control character
+        in it (a line end would cut the client's event): `SPELLED_STRING`, then the event's end. Any
         other delta in the shape is read as `feed` reads it. In the first round a delta goes out as it came; in a
         later one with its index moved after the earlier rounds' blocks: an unread one by its start spelled anew
         (`lane_moved`), a read one written anew as `feed` writes it (moving the index in bytes it has not checked
         would leave the client reading another block than the hooks' answer has when the index is given twice:
         JSON's last key wins, however it is spelled)."""
-        # A slice compared costs less than `startswith`, which parses its arguments; `find` answers two questions.
+        # A slice compared costs less than `startswith`, which parses its arguments; one `re` match checks the rest.
         size = self.lane_size
-        if (
-            chunk[:size] == self.lane
-            and chunk.find(b'"', size) == len(chunk) - 5  # its first quote closes its string: none within it
-            and chunk[-4:] == b"}}\n\n"
-            and chunk[-6] != 92  # no backslash before that quote
-            and chunk.find(b"\n", size, -4) < 0  # no line end within its string, which would cut the client's event
-            and chunk.find(b"\r", size) < 0
-        ):
+        if chunk[:size] == self.lane and _STRING_TO_THE_END(chunk, size) is not None:
             text = self.lane_text
             text += chunk[size:-5]  # as `Spelled` keeps it
             text += b'","'
