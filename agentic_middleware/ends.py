@@ -24,7 +24,7 @@ from .hooks import AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook
 from .live import LiveStream
 from .native.live import LiveRecords
 from .observe import MAPPINGS, Observer, RoundRecord, usage_added
-from .payload import wrap
+from .payload import dumps, own_size, wrap
 from .policy import ToolPolicy, scoped
 from .precall import model_call_details, run_pre_call
 from .settings import Settings, loop_limit
@@ -137,7 +137,8 @@ class RequestEnds:
 
     @property
     def encoder(self) -> BodyEncoder:
-        """Writes the bodies the loop sends itself; made for the first, as most requests send only the client's."""
+        """Writes the reruns' bodies, reusing the history's bytes from one rerun to the next; made for the first rerun,
+        as most requests make none (a first body a hook changed is written whole: `prepared`)."""
         if self._encoder is None:
             self._encoder = BodyEncoder(self.surface.messages_field)
         return self._encoder
@@ -182,7 +183,10 @@ class RequestEnds:
         if changed_by is None:
             return raw
         try:
-            return self.encoder.encode(self.on_the_wire(self.body))
+            # Written whole, not by the rerun encoder: most streams never rerun, and the encoder's work for a rerun's
+            # reuse (the messages written apart and made watched, the body's bytes kept for the stream's life) would be
+            # all lost on them. A rerun writes its first body whole (`encoder`), and the reruns after it reuse that.
+            return own_size(dumps(self.on_the_wire(self.body)))
         except TypeError as error:
             raise HookError(*changed_by, f"the request is not JSON: {error}") from None
 
