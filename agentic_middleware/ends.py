@@ -116,7 +116,7 @@ class RequestEnds:
     seen: tuple[tuple[tuple[str, bytes], ...], ...]
     closed: bool
     patch_kwargs: Mapping[str, Any]  # what the plans' patches and the pre-call lifecycle carry to later hooks
-    executed: list[Rerun]
+    executed: tuple[Rerun, ...]  # a tuple: an empty list is an object the collector tracks, for the stream's life
     _logging_obj: AgenticLoopLogging | None
     _encoder: BodyEncoder | None
     __slots__ = tuple(__annotations__)  # each attribute annotated above, and no `__dict__`
@@ -245,7 +245,7 @@ class RequestEnds:
         """
         before = answer.usage()
         while self.executed:
-            step = self.executed.pop()
+            step = self.last_executed()
             try:
                 answer = await self.post_processed(step, answer)
             finally:
@@ -284,7 +284,12 @@ class RequestEnds:
     async def clean_up(self) -> None:
         """The cleanup hooks of plans not unwound yet (after a failure), innermost first."""
         while self.executed:
-            await self.clean_up_after(self.executed.pop())
+            await self.clean_up_after(self.last_executed())
+
+    def last_executed(self) -> Rerun:
+        """The innermost plan not unwound yet, taken off `executed`."""
+        step, self.executed = self.executed[-1], self.executed[:-1]
+        return step
 
     async def clean_up_after(self, step: Rerun) -> None:
         """One plan's cleanup hook; its failure is logged and does not change the response."""

@@ -108,7 +108,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.seen = ()  # the rounds' fingerprints (see `RequestEnds.seen`)
         self.closed = False  # the closing call was made: no round after it reruns
         self.patch_kwargs = _NO_KWARGS  # replaced, never changed in place: most requests have none
-        self.executed = []
+        self.executed = ()
         self.client = ClientWatch(receive)
         self.write = ClientWriter(send, self.client)  # what the loop itself writes stops once the client left
         self.stop_reason = "finished"
@@ -290,7 +290,7 @@ class AgenticLoop(AskingHooks, Replies):
     def take(self, step: Rerun | Closing | Denied) -> None:
         """The next body a round's step gives, and what the round's record says of it."""
         if isinstance(step, Rerun):
-            self.executed.append(step)
+            self.executed += (step,)
             self.body = self.patched(step)
             self.round.outcome = "rerun"
             self.round.hook = step.hook.name

@@ -72,10 +72,13 @@ class SSEReader:
 
     def __init__(self) -> None:
         self.head: bytes | None = b""  # the stream's first bytes, until a byte order mark is ruled out; then None
-        self.pending: list[bytes] = []  # the pieces of a line not ended yet
+        # The pieces of a line not ended yet, and the data lines of the event under way: a list made for the first (a
+        # reader lasts as long as its round, and most rounds never need either: two empty lists were two more objects
+        # the collector tracks, for each of thousands of streams).
+        self.pending: list[bytes] | None = None
         self.after_cr = False  # the last chunk ended in CR: an LF opening the next one ends nothing
         self.event = ""
-        self.data: list[bytes] = []
+        self.data: list[bytes] | None = None
         self.scanned = 0
         """Bytes read from chunks plus bytes copied to join a line's pieces: the reader's work, about one pass."""
 
@@ -141,20 +144,20 @@ class SSEReader:
         """The events that `chunk`'s lines complete (LF endings only, the byte order mark dealt with)."""
         end = chunk.find(b"\n")
         if end < 0:  # no line ends here: one more piece of the pending line
-            self.pending.append(chunk)
+            self.pending = _added(self.pending, chunk)
             return []
         events: list[ServerSentEvent] = []
         first = chunk[:end]
         if self.pending:
             self.pending.append(first)
             first = b"".join(self.pending)
-            self.pending = []
+            self.pending = None
             self.scanned += len(first)
         self.line(first, events)
         lines = chunk[end + 1 :].split(b"\n")
         last = lines.pop()
         if last:
-            self.pending.append(last)
+            self.pending = _added(self.pending, last)
         for line in lines:
             self.line(line, events)
         return events
@@ -165,14 +168,22 @@ class SSEReader:
             if self.data:
                 data = self.data[0] if len(self.data) == 1 else b"\n".join(self.data)
                 events.append(ServerSentEvent(self.event, data))
-                self.data = []
+                self.data = None
             self.event = ""
             return
         name, _, value = line.partition(b":")
         if value[:1] == b" ":
             value = value[1:]
         if name == b"data":
-            self.data.append(value)
+            self.data = _added(self.data, value)
         elif name == b"event":
             self.event = value.decode(errors="replace")
         # a comment (empty name), `id`, `retry` or an unknown field: nothing to keep
+
+
+def _added(pieces: list[bytes] | None, piece: bytes) -> list[bytes]:
+    """`pieces` with `piece` added at its end, the list made for the first."""
+    if pieces is None:
+        return [piece]
+    pieces.append(piece)
+    return pieces

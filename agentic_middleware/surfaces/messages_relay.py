@@ -59,7 +59,9 @@ class MessagesRelay(StreamRelay):
         self.base = 0  # the client's index of this round's first block
         self.sent = 0  # blocks of this round that went out
         self.recorded = 0  # native record blocks that went out after them
-        self.records: list[tuple[NativeRun, str]] = []  # every native call recorded so far, with its block id
+        # Every native call recorded so far, with its block id. This and `held` are tuples until they hold something:
+        # an empty list is an object the collector tracks, and a relay lasts as long as its stream (most record none).
+        self.records: tuple[tuple[NativeRun, str], ...] = ()
         self.announced: dict[int, str] = {}  # the block ids of calls announced and not recorded yet, by call
         self.begin_round()
 
@@ -67,7 +69,7 @@ class MessagesRelay(StreamRelay):
         self.base += self.sent + self.recorded
         self.sent = self.recorded = 0
         self.holding = False
-        self.held: list[bytes] = []
+        self.held: list[bytes] | tuple[()] = ()
         self.message: dict[str, Any] | None = None
         self.blocks: dict[int, dict[str, Any]] = {}
         self.pieces: dict[tuple[int, str], Spelled] = {}  # streamed strings, joined when their block stops
@@ -225,7 +227,10 @@ class MessagesRelay(StreamRelay):
         else:
             client = event.encode() if event.event == kind else sse.named_event(kind, payload)
         if self.holding:
-            self.held.append(client)
+            if self.held:
+                self.held.append(client)
+            else:
+                self.held = [client]
             return _NOTHING
         return (client,)
 
@@ -243,7 +248,7 @@ class MessagesRelay(StreamRelay):
         if not deltas:
             return stop
         if self.holding:
-            self.held[-1:-1] = deltas  # in front of the held stop
+            self.held = [*self.held[:-1], *deltas, *self.held[-1:]]  # in front of the held stop
             return _NOTHING
         return [*deltas, *stop]
 
@@ -264,7 +269,7 @@ class MessagesRelay(StreamRelay):
             blocks = pair(run, block_id)
         else:
             blocks = pair(run, block_id)[1:]
-        self.records.append((run, block_id))
+        self.records += ((run, block_id),)
         return self.blocks_out(blocks)
 
     def blocks_out(self, blocks: list[dict[str, Any]]) -> list[bytes]:
