@@ -32,7 +32,7 @@ class ResponseCapture(AnswerReading):
     2xx answer was not readable; `refused` why one that may hold a call cannot be judged (the call fails).
     """
 
-    heard = False  # a live round's stream sent the client an event (`live.RoundCapture`): a retry could repeat it
+    heard = False  # a live round's stream sent the client an event (`live_round.RoundCapture`): a retry could repeat it
     kept: frozenset[int] = frozenset()  # statuses kept, not forwarded: a rerun's, which the loop may retry
 
     def __init__(

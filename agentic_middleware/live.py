@@ -1,11 +1,11 @@
 """Live streaming: every round's events reach a streaming client as the model app makes them.
 
-The app is called with streaming on. Each round's answer is read as it arrives (`SSEReader`) and given
-to the route's `StreamRelay` (`StreamRelay.read`: a chunk that is one event the relay can take from its bytes
-alone skips the reader), which says what goes to the client now and what is held until the round
-ends; the round's accumulated body is the `Answer` the hooks judge, exactly as in buffered mode, so the
-loop does not know the difference. The client's response begins only when the first round's answer is
-known to be a 2xx event stream: an error answer of the first call reaches the client as the app sent it.
+The app is called with streaming on. Each round's answer is read as it arrives, by the round's own `send`
+(`RoundCapture`, live_round.py), and given to the route's `StreamRelay` (`StreamRelay.read`: a chunk that is one
+event the relay can take from its bytes alone skips the SSE reader), which says what goes to the client now and
+what is held until the round ends; the round's accumulated body is the `Answer` the hooks judge, exactly as in
+buffered mode, so the loop does not know the difference. The client's response begins only when the first round's
+answer is known to be a 2xx event stream: an error answer of the first call reaches the client as the app sent it.
 Keep-alives go out whenever the client has heard nothing for `interval` seconds: while hooks and tools
 run between rounds, and while the app is silent mid-round. They are timed by the event loop's one keep-alive
 timer (keepalive.py), not by a task of each stream's own.
@@ -26,14 +26,11 @@ from .asgi import Headers, json_start
 from .capture import ResponseCapture
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Reply
-from .error_types import UNKNOWN_ERROR_STATUS
 from .keepalive import Entry, keep_alive
+from .live_round import RoundCapture
 from .native import NativeCall, NativeRun
-from .payload import own_size
-from .sniff import is_event_stream
-from .sse_reader import SSEReader
 from .stream import SSE_HEADERS, error_of
-from .surfaces import AppStreamError, StreamMismatch, StreamRelay, Surface
+from .surfaces import StreamMismatch, StreamRelay, Surface
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -41,15 +38,6 @@ logger = logging.getLogger("agentic_middleware")
 _NOT_FORWARDED = frozenset((b"content-length", b"transfer-encoding", b"content-type", b"cache-control"))
 CLOSING_MESSAGE = 16 * 1024
 """The closing events are written in messages of at least this many bytes (`LiveStream.end`)."""
-_FAILED_START: Message = {
-    "type": "http.response.start",
-    "status": UNKNOWN_ERROR_STATUS,
-    "headers": [(b"content-type", b"application/json")],
-}
-
-
-def _body(chunk: bytes) -> Message:
-    return {"type": "http.response.body", "body": chunk, "more_body": True}
 
 
 class LiveStream:
@@ -324,129 +312,3 @@ def _joined(events: list[bytes], size: int) -> list[bytes]:
     if pending:
         pieces.append(b"".join(pending))
     return pieces
-
-
-class RoundCapture(ResponseCapture):
-    """The `send` of one round: an event stream is read as it comes, anything else as `ResponseCapture` does.
-
-    When the stream ends, the capture holds the relay's accumulated body as a JSON answer, so the
-    dispatcher returns it like any other; a stream that failed or ended early becomes an error answer: of the status
-    its error event's type stands for (`error_types.py`), else 502.
-    """
-
-    def __init__(self, live: LiveStream, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.live = live
-        self.reader: SSEReader | None = None
-        self.failure: bytes | None = None
-        self.failure_status = UNKNOWN_ERROR_STATUS  # an error event's: the status its type stands for
-        self.idle = False  # reading a stream, nothing failed, and its reader between two events: `send`'s lane is open
-
-    async def as_event_stream(self) -> bool:
-        """The answer's first bytes are an event stream's though its type did not say: read it as one, live."""
-        assert self.start is not None
-        self.reader = SSEReader()
-        self.readable = True
-        if not self.live.opened:
-            await self.live.start(self.start)
-        held, self.chunks, self.size, complete = self.body, [], 0, self.complete
-        await self.send({"type": "http.response.body", "body": held, "more_body": not complete})
-        return False
-
-    async def send(self, message: Message) -> None:
-        if self.idle and message["type"] == "http.response.body" and message.get("more_body", False):
-            # The lane most of a stream takes: one whole event, between two events, that the relay passes on without
-            # the reader (`StreamRelay.pass_on`), written to the client from here. Each coroutine an event goes
-            # through costs about what reading it does (benchmarks case 12), so this is the only one.
-            chunk = message.get("body", b"")
-            live = self.live
-            write = live.write
-            size = self.size + len(chunk)
-            if live.pinging is None and not write.failed and not live.client.gone and size <= self.limit:
-                try:
-                    out = live.relay.pass_on(chunk)
-                except Exception as error:
-                    self.unreadable(error)
-                    return
-                if out is not None:
-                    self.size = size
-                    self.heard = True
-                    live.sending = True
-                    try:  # as `ClientWriter.forward` writes, and `LiveStream.wrote` after it
-                        await write.send(message if out is chunk else _body(out))
-                    except Exception:
-                        write.broke()
-                        live.client.left()
-                    finally:
-                        live.sending = False
-                    live.last_write = live.clock()
-                    return
-        if self.reader is not None:  # every other chunk of the stream: read by the reader, then the relay
-            if message["type"] == "http.response.body":
-                chunk = message.get("body", b"")
-                if chunk and self.failure is None:
-                    out = self.relayed(chunk)
-                    if out:  # what the relay held or dropped (a rerun's own message_start) never reached the client
-                        self.heard = True
-                        await self.live.send(out)
-                    self.idle = self.failure is None and self.reader.between_events
-                if not message.get("more_body", False):
-                    self.idle = False
-                    self.ended()
-            return
-        if message["type"] == "http.response.start" and not self.forwarded and is_event_stream(message):
-            self.reader = SSEReader()
-            self.start = message
-            if not self.live.opened:
-                await self.live.start(message)
-            return
-        await super().send(message)
-        if self.complete and self.readable and not (self.live.opened or self.forwarded or self.oversize):
-            await self.live.start(None)  # a JSON answer to a streaming call: written as a stream at the end
-
-    def ended(self) -> None:
-        """The round's stream ended: its answer is the relay's accumulated body, or an error answer."""
-        self.complete = True
-        body = None
-        if self.failure is None:
-            try:
-                body = self.live.relay.body()
-            except Exception as error:  # a streamed string read at the end (`Spelled`) was not JSON
-                self.unreadable(error)
-        if body is not None:
-            raw = own_size(orjson.dumps(body))
-            self.chunks = [raw]
-            self.live.judged = (raw, body)
-            return
-        self.readable = False
-        self.start = {**_FAILED_START, "status": self.failure_status}
-        self.chunks = [
-            self.failure
-            or self.live.surface.error_body(
-                502, "the model app's stream ended before its answer was complete", "model_app_error"
-            )
-        ]
-
-    def relayed(self, chunk: bytes) -> bytes:
-        """What the client gets now of one more chunk of the round's stream; a failure is noted, not raised."""
-        self.size += len(chunk)
-        if self.size > self.limit:
-            message = f"the model app's answer was over max_body_bytes={self.limit}"
-            self.failure = self.live.surface.error_body(502, message, "model_app_error")
-            return b""
-        out: list[bytes] = []
-        try:
-            assert self.reader is not None
-            self.live.relay.read(self.reader, chunk, out)
-        except Exception as error:
-            self.unreadable(error)
-        return out[0] if len(out) == 1 else b"".join(out)  # what came before a failure went out
-
-    def unreadable(self, error: Exception) -> None:
-        """Note the failure a chunk's reading raised: the app's error event, or a stream that cannot be read."""
-        self.idle = False
-        if isinstance(error, AppStreamError):
-            self.failure, self.failure_status = error.body, error.status
-            return
-        message = f"the model app's stream could not be read: {type(error).__name__}: {error}"
-        self.failure = self.live.surface.error_body(502, message, "model_app_error")
