@@ -82,6 +82,7 @@ class RoundCapture(ResponseCapture):
         return False
 
     async def send(self, message: Message) -> None:
+        offered = False  # the lane offered the chunk to `pass_on`, which declined it: the reader reads it
         if self.idle and message["type"] == "http.response.body" and message.get("more_body", False):
             # The lane most of a stream takes: one whole event, between two events, that the relay passes on without
             # the reader (`StreamRelay.pass_on`), written to the client from here. Each coroutine an event goes
@@ -109,11 +110,12 @@ class RoundCapture(ResponseCapture):
                         live.sending = False
                     live.last_write = live.clock()
                     return
+                offered = True
         if self.reader is not None:  # every other chunk of the stream: read by the reader, then the relay
             if message["type"] == "http.response.body":
                 chunk = message.get("body", b"")
                 if chunk and self.failure is None:
-                    out = self.relayed(chunk)
+                    out = self.relayed(chunk, offered)
                     if out:  # what the relay held or dropped (a rerun's own message_start) never reached the client
                         self.heard = True
                         await self.live.send(out)
@@ -155,8 +157,9 @@ class RoundCapture(ResponseCapture):
             )
         ]
 
-    def relayed(self, chunk: bytes) -> bytes:
-        """What the client gets now of one more chunk of the round's stream; a failure is noted, not raised."""
+    def relayed(self, chunk: bytes, offered: bool = False) -> bytes:
+        """What the client gets now of one more chunk of the round's stream; a failure is noted, not raised.
+        `offered`: `pass_on` declined it already (`send`'s lane)."""
         self.size += len(chunk)
         if self.size > self.limit:
             message = f"the model app's answer was over max_body_bytes={self.limit}"
@@ -165,7 +168,7 @@ class RoundCapture(ResponseCapture):
         out: list[bytes] = []
         try:
             assert self.reader is not None
-            self.live.relay.read(self.reader, chunk, out)
+            self.live.relay.read(self.reader, chunk, out, offered)
         except Exception as error:
             self.unreadable(error)
         return out[0] if len(out) == 1 else b"".join(out)  # what came before a failure went out

@@ -181,11 +181,12 @@ class StreamRelay(ABC):
         Raises `AppStreamError` for the app's error event; any other exception means an unreadable stream.
         """
 
-    def read(self, reader: SSEReader, chunk: bytes, out: list[bytes]) -> None:
+    def read(self, reader: SSEReader, chunk: bytes, out: list[bytes], offered: bool = False) -> None:
         """Add to `out` the client's events for one more chunk of the round's stream, read by `reader`: a whole event
         the relay passes on unread (`pass_on`), else each event the reader completes, fed in turn. What was added
-        before a failure stays in `out`."""
-        if reader.between_events:
+        before a failure stays in `out`. `offered`: `pass_on` was asked of this chunk already and declined it (the
+        live round's lane asks first), so it is not asked again."""
+        if not offered and reader.between_events:
             passed = self.pass_on(chunk)
             if passed is not None:
                 out.append(passed)
