@@ -221,8 +221,8 @@ ROUTES = (
         chat_request("pages=1", obfuscated=True),
         b'"content":"tok',
         "own time per forwarded event, OpenAI's default obfuscated chunks",
-        "OpenAI's chunks as it writes them by default, an obfuscation field differing in each: the lane cannot "
-        "take them, the SSE reader reads each",
+        "OpenAI's chunks as it writes them by default, an obfuscation field differing in each, last: the lane "
+        "takes them, each with its own padding",
     ),
 )
 SIZES = (100, 2000)  # the events of the two rounds whose difference gives the own time per event

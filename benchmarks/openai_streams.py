@@ -15,8 +15,8 @@ path than the one users get. OpenAI's own streams, as captured from the API:
   each with `"usage":null` (the middleware asks the app for usage, and OpenAI then writes it in every chunk), the
   finish chunk, the usage chunk and `[DONE]`. With the client's `stream_options.include_obfuscation` false, which
   the middleware passes on, that is all (the shape vLLM and llama.cpp write too, and the one the lane takes); by
-  default OpenAI adds an `obfuscation` field whose value differs in every chunk, and the relay reads each one
-  (docs/performance.md).
+  default OpenAI adds an `obfuscation` field, last, whose value (letters and digits) differs in every chunk, which
+  the lane takes too, each chunk with its own (docs/performance.md).
 """
 
 from __future__ import annotations

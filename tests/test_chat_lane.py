@@ -21,19 +21,28 @@ USER: Any = [{"role": "user", "content": "hi"}]
 
 
 @rounds_settings
-@given(data=st.data(), count=st.integers(1, 3), chunk_size=st.integers(1, 12), include_usage=st.booleans())
+@given(
+    data=st.data(),
+    count=st.integers(1, 3),
+    chunk_size=st.integers(1, 12),
+    include_usage=st.booleans(),
+    obfuscated=st.booleans(),
+)
 def test_chat_chunks_passed_on_unread_give_the_client_and_the_hooks_what_reading_each_gives(
-    data: st.DataObject, count: int, chunk_size: int, include_usage: bool
+    data: st.DataObject, count: int, chunk_size: int, include_usage: bool, obfuscated: bool
 ) -> None:
     """A stream that writes each chunk in a message of its own takes the lane for the content after its first
     content chunk: the client gets the same bytes (a later round's id and `created`, no usage the client did not
-    ask for) and the hooks the same answer as when every chunk is read and fed, whatever the text."""
+    ask for, each chunk's own `obfuscation` padding where OpenAI adds it) and the hooks the same answer as when
+    every chunk is read and fed, whatever the text."""
     passed, fed = CHAT.relay({"include_usage": include_usage}), CHAT.relay({"include_usage": include_usage})
     assert passed is not None and fed is not None
     taken = 0
     for number in range(count):
         body = data.draw(chat_round(final=number == count - 1))
         events = list(sse.chat_chunks(body, include_usage=True, chunk_size=chunk_size))  # as asked of the app
+        if obfuscated:
+            events = padded(events)
         got, taken_now = passed_round(passed, events)
         taken += taken_now
         assert got == fed_round(fed, b"".join(events), data.draw(st.lists(st.integers(0, 10**6), max_size=20)))
@@ -43,6 +52,15 @@ def test_chat_chunks_passed_on_unread_give_the_client_and_the_hooks_what_reading
     content = body["choices"][0]["message"]["content"]
     if count == 1 and isinstance(content, str) and len(content) >= 3 * chunk_size and content.isalnum():
         assert taken >= len(content) // chunk_size - 2  # every content chunk after the first ones took the lane
+
+
+def padded(events: list[bytes]) -> list[bytes]:
+    """The chunks as OpenAI writes them by default: each with an `obfuscation` value of its own, last."""
+    alphabet = b"aZ09xQ7kLm3PzR5t"
+    return [
+        event if event == b"data: [DONE]\n\n" else event[:-3] + b',"obfuscation":"' + alphabet[: 1 + n % 16] + b'"}\n\n'
+        for n, event in enumerate(events)
+    ]
 
 
 def chunks(content: str, calls: list[dict[str, Any]] | None = None) -> list[bytes]:
@@ -275,3 +293,35 @@ def test_a_chunk_whose_string_holds_escaped_quotes_and_backslashes_is_taken_unre
         chunk = content_chunk(events[3], piece)
         assert relay.pass_on(chunk) is chunk
     assert bytes(relay.lane_text) == before + b"".join(piece + b'","' for piece in spelled)
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_a_lane_opened_by_a_padded_chunk_takes_chunks_with_padding_of_their_own_and_nothing_else(
+    include_usage: bool,
+) -> None:
+    """OpenAI's default chunks end in `obfuscation` padding that differs in each: a lane opened by such a chunk takes
+    the next ones, each passed on with its own padding, and leaves to the reader a chunk whose padding is not
+    letters and digits, is missing, or is followed by anything."""
+    relay = CHAT.relay({"include_usage": include_usage})
+    assert relay is not None
+    events = padded(chunks("abcdefghijkl"))
+    relay.begin_round()
+    reader = SSEReader()
+    for event in events[:3]:
+        [relay.feed(read) for read in reader.feed(event)]
+    like = events[3]
+    own = like[: like.rindex(b'"obfuscation":"')] + b'"obfuscation":"Q1w2E3r4T5y6"}\n\n'
+    out = relay.pass_on(own)
+    assert out is not None and out.endswith(b'"obfuscation":"Q1w2E3r4T5y6"}\n\n')  # its own padding, last
+    expected = {key: value for key, value in orjson.loads(own[6:]).items() if include_usage or key != "usage"}
+    assert orjson.loads(out[6:]) == expected and (out is own) == include_usage
+    stem = like[: like.rindex(b'"obfuscation":"')]
+    for odd in (
+        stem + b'"obfuscation":"a-b"}\n\n',  # not letters and digits
+        stem + b'"obfuscation":"\xc3\xa9"}\n\n',  # not ASCII
+        stem + b'"obfuscation":""}\n\n',  # empty
+        stem[:-1] + b"}\n\n",  # none
+        stem + b'"obfuscation":"ab","choices":[]}\n\n',  # a key after it
+        stem + b'"obfuscation":"ab"}\n\ndata: [DONE]\n\n',  # another event after it
+    ):
+        assert relay.pass_on(odd) is None, odd

@@ -19,6 +19,8 @@ _SEPARATOR = "\n\n"  # between the text of two rounds, which a chat client reads
 _CONTENT = b'"delta":{"content":'
 _MARKS = ("Zq", "Zr")  # the strings a chunk's template is read with (`ChatRelay.open_lane`): one not its content
 _STRING = re.compile(SPELLED_STRING).match  # a content string taken unread: no line break, that would end its line
+_PADDING = b',"obfuscation":"'  # OpenAI's, last in each chunk by default: letters and digits, other in every chunk
+_PADDED_END = b'"}\n\n'
 
 
 class ChatRelay(StreamRelay):
@@ -58,7 +60,8 @@ class ChatRelay(StreamRelay):
 
     def close_lane(self) -> None:
         self.lane: bytes | None = None  # a content chunk's bytes up to its string's opening quote (`open_lane`)
-        self.lane_end = b""  # and from its closing quote on
+        self.lane_end = b""  # and from its closing quote on (to the padding's value, when `lane_padded`)
+        self.lane_padded = False  # each chunk ends in padding of its own (`_PADDING`)
         self.lane_client: tuple[bytes, bytes] | None = None  # the same two for the client, where they differ
 
     def open_lane(self, event: ServerSentEvent, index: int, text: str, pieces: Spelled) -> None:
@@ -68,7 +71,11 @@ class ChatRelay(StreamRelay):
         `text`: they must be the chunk with that string as its content, whatever else they spell, keys given twice
         included (around `text` itself, a cut at another place spelling `text` would pass). An event given in more
         than one `data:` line opens no lane: a later chunk of its bytes without the second line's `data: ` would be
-        half a chunk to the client's SSE parser (that line another field's), while the lane read it whole."""
+        half a chunk to the client's SSE parser (that line another field's), while the lane read it whole.
+
+        A chunk that ends in OpenAI's `obfuscation` padding (its default: a value of letters and digits that differs
+        in every chunk) opens a lane that takes chunks ending in padding of their own, each passed on with its own:
+        the bytes compared end where the padding's value begins."""
         if event.data.find(b"\n") >= 0:
             return  # more than one `data:` line: its bytes are not the one line `raw` spells
         raw = b"data: " + event.data + b"\n\n"
@@ -86,6 +93,13 @@ class ChatRelay(StreamRelay):
         template = orjson.loads(head[6:] + mark.encode() + end[:-2])
         if template != read:
             return
+        pad = read.get("obfuscation")
+        padding = b""
+        if pad is not None:
+            padding = _PADDING + pad.encode() + _PADDED_END if isinstance(pad, str) and _is_padding(pad) else b""
+            if not padding or end[-len(padding) :] != padding:
+                return  # padding the lane cannot tell from the chunk's end: every chunk read
+            end = end[: len(end) - len(padding) + len(_PADDING)]
         if self.head != (read.get("id"), read.get("created")) or (not self.include_usage and "usage" in read):
             read["id"], read["created"] = self.head or (read.get("id"), read.get("created"))
             if not self.include_usage:
@@ -95,8 +109,13 @@ class ChatRelay(StreamRelay):
             if client.count(marked) != 1:
                 return
             cut = client.find(marked) + len(b'"content":"')
-            self.lane_client = (client[:cut], client[cut + len(mark) :])
-        self.lane, self.lane_end, self.lane_text = head, end, pieces
+            tail = client[cut + len(mark) :]
+            if padding:
+                if tail[-len(padding) :] != padding:
+                    return
+                tail = tail[: len(tail) - len(padding) + len(_PADDING)]
+            self.lane_client = (client[:cut], tail)
+        self.lane, self.lane_end, self.lane_text, self.lane_padded = head, end, pieces, bool(padding)
 
     def pass_on(self, chunk: bytes) -> bytes | None:
         """A chunk that adds to the content of the choice of the last chunk read, as that one did (`open_lane`),
@@ -116,7 +135,14 @@ class ChatRelay(StreamRelay):
         if spelled is None:
             return None
         end = spelled.end() - 1
-        if chunk[end:] != self.lane_end:
+        tail = self.lane_end
+        cut = end + len(tail)
+        if chunk[end:cut] != tail:
+            return None
+        if self.lane_padded:  # then the padding's value, letters and digits, and the chunk's end
+            if chunk[-4:] != _PADDED_END or not chunk[cut:-4].isalnum():  # bytes' `isalnum`: ASCII only
+                return None
+        elif cut != len(chunk):
             return None
         text = self.lane_text
         text += chunk[size:end]  # as `Spelled` keeps it
@@ -124,6 +150,8 @@ class ChatRelay(StreamRelay):
         client = self.lane_client
         if client is None:
             return chunk
+        if self.lane_padded:
+            return client[0] + chunk[size:end] + client[1] + chunk[cut:]
         return client[0] + chunk[size:end] + client[1]
 
     def offset(self, index: int) -> int:
@@ -347,3 +375,8 @@ def _rest(message: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]
         else:
             del rest[key]
     return rest
+
+
+def _is_padding(value: str) -> bool:
+    """OpenAI's `obfuscation` value as the lane passes it on unread: ASCII letters and digits, at least one."""
+    return value.isascii() and value.isalnum()
