@@ -6,9 +6,10 @@ chains from the turn's last response (chains.py), and a looped turn's other roun
 them where it likes (its error messages, "Previous response with id 'resp_...' not found.", a header, a nested
 string), so every occurrence that does not go on as a longer id is replaced, in header values and every body
 (JSON, event streams, text, untyped), on every path: passed through, looped, live. A body is only searched (`bytes
-in`, no parse) for the few ids this request knows of; only a body that holds one is copied. A rewritten follow-up
-is sent without `accept-encoding` (asgi.scope_unencoded); an answer the app compresses anyway cannot be read, so it
-goes as the app sent it.
+in`, no parse) for the few ids this request knows of; only a body that holds one is copied; a live stream's text
+delta that its relay passed on unread (its lane), only from its string on. A rewritten follow-up is sent without
+`accept-encoding` (asgi.scope_unencoded); an answer the app compresses anyway cannot be read, so it goes as the app
+sent it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from starlette.types import Message, Send
 from .asgi import media_type, with_length, without_length
 from .surfaces.responses_relay import ResponsesRelay
 
-_ID_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_ID_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+_ID_BYTES = frozenset(_ID_CHARS)
 
 
 class ShownIds:
@@ -46,6 +48,9 @@ class ShownIds:
         self.plain = True  # not content-encoded
         self.firsts: tuple[int, int, tuple[bytes, ...]] = (0, 0, ())  # for that many ids: the longest's length, their
         # first bytes (`_held`)
+        self.lane: bytes | None = None  # the relay's open lane, as `needles` were worked out for it
+        self.lane_ids = 0  # and for that many hidden ids
+        self.needles: tuple[bytes, ...] | None = None  # what to look for in its deltas' strings (`_lane_needles`)
 
     def hide(self, internal: str, shown: str) -> None:
         """Show `shown` wherever `internal` would be; an id already hidden keeps its first replacement."""
@@ -90,6 +95,21 @@ class ShownIds:
             # one): the body goes as it came, at the cost of this check alone (most of a live stream's events).
             await self.send(message)
             return
+        if relay is not None and message.get("body") is relay.passed and self.searched and not self.tail:
+            # A text delta the relay passed on by its lane (most of a live stream's later rounds): its bytes before its
+            # string are known (`_lane_needles`), so a byte search from its string on for what the ids begin with
+            # tells whether it holds one (about a tenth of the search below).
+            if self.lane is not relay.lane_moved or self.lane_ids != len(self.hidden):
+                self._lane_needles(relay)
+            needles = self.needles
+            if needles is not None:
+                body, at = message["body"], relay.passed_at
+                for needle in needles:
+                    if body.find(needle, at) >= 0:
+                        break  # searched as any chunk, below
+                else:
+                    await self.send(message)
+                    return
         if message["type"] == "http.response.start":
             headers = message.get("headers", ())
             kind, encoded = media_type(headers)
@@ -131,6 +151,23 @@ class ShownIds:
                 message = {**message, "body": self.shown(body, body_after(self.tail))}
         await self.send(message)
 
+    def _lane_needles(self, relay: ResponsesRelay) -> None:
+        """What to look for in a delta of the relay's open lane, from its string on (`passed_at`: its text, then its
+        end and OpenAI's `obfuscation` padding), so that no hidden id in it is missed: the ids' common start when it
+        is as long as OpenAI's `resp_` (one search for them all), else each id. None when an id could be in the
+        bytes before the string, which are the same for every delta of the lane but for its number's digits
+        (`lane_spelling`), or across its quotes: an id that is in them, is all digits, or holds a byte no id of the
+        API has (`_ID_BYTES`); then each delta is searched as any chunk is. Worked out once a lane, and again when
+        an id was hidden since."""
+        self.lane, self.lane_ids = relay.lane_moved, len(self.hidden)
+        spelling = relay.lane_spelling()
+        ids = tuple(self.hidden)
+        if any(i.translate(None, _ID_CHARS) or i.isdigit() or any(i in spelled for spelled in spelling) for i in ids):
+            self.needles = None
+            return
+        common = _common_start(ids)
+        self.needles = (common,) if len(common) >= len(b"resp_") else ids
+
     def _held(self, data: bytes) -> int:
         """Where the part of `data` that could begin a hidden id (or end with a whole one, whose next byte tells
         whether it is a whole word) starts; `len(data)` when none could. Only the last bytes, as many as the
@@ -151,6 +188,15 @@ class ShownIds:
                     break
                 at = data.find(first, at + 1, held)
         return held
+
+
+def _common_start(ids: tuple[bytes, ...]) -> bytes:
+    """The bytes every one of `ids` begins with (those the least and the greatest of them share)."""
+    first, last = (min(ids), max(ids)) if ids else (b"", b"")
+    size = 0
+    while size < len(first) and first[size] == last[size]:
+        size += 1
+    return first[:size]
 
 
 def body_after(tail: bytes) -> int | None:

@@ -14,9 +14,12 @@ import pytest
 from conftest import openai_client
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from streams import event_stream
 from test_responses_callers import Quoting, gateway, live_turn, lookup, storing
 
-from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware import AgenticLoopMiddleware, sse
+from agentic_middleware.surfaces.responses_relay import ResponsesRelay
+from agentic_middleware.testing import ScriptedModel, function_call, response
 from agentic_middleware.tools import ServerTools
 
 Answer = Callable[[str], Response]
@@ -228,3 +231,58 @@ async def test_a_buffered_stream_begun_before_its_rounds_answered_shows_one_id()
 
     assert ": keep-alive" in text  # the stream began before the first round answered
     assert store.turn[0] not in text and text.count(store.turn[1]) > 1
+
+
+FIRST, LATER = "resp1first", "resp2later"  # letters and digits only, as OpenAI's padding is: it may spell one
+QUOTED = "x" * 9 + " ID " + "y" * 9  # in deltas as long as the id: "xxxxxxxxx ", the id, " yyyyyyyyy"
+_TEXT_DELTA = b"event: response.output_text.delta\n"
+
+
+def quoting_round(where: str) -> list[bytes]:
+    """A later round's events, each in a chunk of its own (its text deltas take the relay's lane), naming the
+    round's own id, which the client must not see: in a delta's text, in each delta's `obfuscation` padding, or in
+    the message's item id (which every delta of the part carries)."""
+    text = QUOTED.replace("ID", LATER) if where == "text" else "x" * 30  # the id whole in a delta of its own
+    item_id = f"msg_{LATER}" if where == "item id" else "msg_2"
+    part = {"type": "output_text", "text": text, "annotations": []}
+    message = {"type": "message", "id": item_id, "role": "assistant", "status": "completed", "content": [part]}
+    events = list(sse.responses_events({**response(message), "id": LATER}, chunk_size=len(LATER)))
+    if where == "padding":
+        for n, event in enumerate(events):
+            if event.startswith(_TEXT_DELTA):
+                payload = orjson.loads(event[len(_TEXT_DELTA) + len(b"data: ") : -2])
+                events[n] = sse.named_event("response.output_text.delta", {**payload, "obfuscation": LATER})
+    return events
+
+
+@pytest.mark.parametrize("where", ["text", "padding", "item id"])
+async def test_a_later_rounds_text_deltas_passed_on_by_the_lane_never_show_its_id(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text deltas of a live stream's later round go out by the relay's lane, searched for the hidden ids from
+    their string on (shown.py, `_lane_needles`): the round's id is shown as the turn's wherever a delta holds it."""
+    first = list(sse.responses_events({**response(function_call("lookup", {"key": "k"}, "call_1")), "id": FIRST}))
+    app = ScriptedModel(event_stream(first), event_stream(quoting_round(where)))
+    passed: list[bytes] = []
+    pass_on = ResponsesRelay.pass_on
+
+    def noted(relay: ResponsesRelay, chunk: bytes) -> bytes | None:
+        out = pass_on(relay, chunk)
+        if out is not None:
+            passed.append(out)
+        return out
+
+    monkeypatch.setattr(ResponsesRelay, "pass_on", noted)
+    gateway = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])], chain_store=False)
+    raw = await openai_client(gateway).responses.with_raw_response.create(model="m", input="q", stream=True)
+    text = await raw.http_response.aread()
+
+    assert len(passed) == 3  # the later round's three deltas took the lane
+    assert LATER.encode() not in text
+    events = [orjson.loads(line[len(b"data: ") :]) for line in text.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1]["response"]["id"] == FIRST
+    deltas = [event for event in events if event["type"] == "response.output_text.delta"]
+    told = "".join(delta["delta"] for delta in deltas)
+    assert told == (QUOTED.replace("ID", FIRST) if where == "text" else "x" * 30)
+    assert {delta["item_id"] for delta in deltas} == {f"msg_{FIRST}" if where == "item id" else "msg_2"}
+    assert all(delta.get("obfuscation", FIRST) == FIRST for delta in deltas)

@@ -37,6 +37,7 @@ _AT_NUMBER = len(_DELTA)
 _ENDS = frozenset((b'","logprobs":[]}\n\n', b'"}\n\n'))
 _PADDING = b'","logprobs":[],"obfuscation":"'
 _NO_TEXT = Spelled()
+NOT_PASSED = object()  # `ResponsesRelay.passed` while no delta of the open lane went out: no chunk is it
 
 
 class ResponsesRelay(StreamRelay):
@@ -54,6 +55,8 @@ class ResponsesRelay(StreamRelay):
     lane: bytes | None  # what a delta of the open part spells after its number, to its string's opening quote
     lane_moved: bytes  # the same for the client: its output_index moved after the earlier rounds' items
     lane_text: Spelled  # the open part's text as its deltas spelled it (`texts`)
+    passed: object  # the last delta of the open lane that `pass_on` passed on, as it went out (shown.py)
+    passed_at: int  # where the string of that delta begins in it
 
     def __init__(self) -> None:
         self.emit = sse.ResponsesSequence()
@@ -123,6 +126,13 @@ class ResponsesRelay(StreamRelay):
         self.lane = None
         self.lane_text = _NO_TEXT  # only an open lane adds to it
         self.lane_moved = b""
+        self.passed = NOT_PASSED  # a delta passed on is one of the open lane's (`lane_spelling`)
+
+    def lane_spelling(self) -> tuple[bytes, bytes]:
+        """What every delta of the open lane that `pass_on` passes on (`passed`) spells before its string, but for
+        its `sequence_number`'s digits: its event's name and type, then its item, output_index and content_index as
+        the client has them. shown.py looks for the hidden ids there once a lane, then only from the string on."""
+        return _DELTA, self.lane_moved
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         if event.data == b"[DONE]":  # not the Responses API's, but some servers end their streams with it
@@ -220,7 +230,7 @@ class ResponsesRelay(StreamRelay):
         `feed` would; the string, as it is spelled, is kept with its part's (`Spelled`, `texts`), to be read when the
         part or its item is done and compared with the text they tell (`check_done`, `check_texts`). It goes out as
         it came when the app's number is the client's in the first round, else with the client's number and
-        output_index.
+        output_index; it is `passed` then, its string at `passed_at` (`lane_spelling` is what comes before).
         Anything else (a string that is not JSON too: the reader fails the round with `feed`'s own error): None."""
         lane = self.lane
         if lane is None:
@@ -247,8 +257,11 @@ class ResponsesRelay(StreamRelay):
         app, ours = self.app_next, self.emit.next
         self.app_next, self.emit.next = app + 1, ours + 1
         if app == ours and not self.base:
+            self.passed, self.passed_at = chunk, text
             return chunk
-        return b"".join((_DELTA, b"%d" % ours, self.lane_moved, chunk[text:]))
+        out = b"".join((_DELTA, b"%d" % ours, self.lane_moved, chunk[text:]))
+        self.passed, self.passed_at = out, len(out) - len(chunk) + text
+        return out
 
     def check_part(self, index: Any, part: Any, delta: Any) -> None:
         """A message's text delta goes to the part its `content_index` names in the parts added so far, as the
