@@ -52,6 +52,13 @@ class ResponsesRelay(StreamRelay):
     `url_citation` annotations of their results before its `output_text.done`.
     """
 
+    __slots__ = (  # thousands of streams each hold one
+        *("emit", "started", "response_id", "created", "round_ids", "earlier", "base", "opened", "released"),
+        *("items", "shown", "recorded", "rounds", "announced", "annotated", "reasoned", "waiting", "waiting_items"),
+        *("holding", "held", "terminal", "done", "parts", "texts", "app_next"),
+        *("lane", "lane_moved", "lane_text", "passed", "passed_at"),
+    )
+
     lane: bytes | None  # what a delta of the open part spells after its number, to its string's opening quote
     lane_moved: bytes  # the same for the client: its output_index moved after the earlier rounds' items
     lane_text: Spelled  # the open part's text as its deltas spelled it (`texts`)
