@@ -14,13 +14,13 @@ import orjson
 
 from .. import sse
 from ..error_types import error_status
-from ..native import NativeCall, NativeRun
-from ..native.responses import searching, url_citations, web_search_call
-from ..reasoning import leading
+from ..native import NativeRun
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
 from .chat import openai_error_type
-from .responses import CALL_TYPES, is_call
+from .responses import CALL_TYPES
+from .responses_checks import TextChecks
+from .responses_search import SearchRecords
 
 _LIFECYCLE_START = frozenset({"response.created", "response.in_progress", "response.queued"})
 _LIFECYCLE_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -40,7 +40,7 @@ _NO_TEXT = Spelled()
 NOT_PASSED = object()  # `ResponsesRelay.passed` while no delta of the open lane went out: no chunk is it
 
 
-class ResponsesRelay(StreamRelay):
+class ResponsesRelay(SearchRecords, TextChecks, StreamRelay):  # first: their `announce`, `record` over the defaults
     """A Responses stream across rounds: one lifecycle (the first round's `response.created` and
     `response.in_progress`, one terminal event at the very end), every event renumbered so that
     `sequence_number` rises across rounds, and each round's items placed after the items already sent.
@@ -81,11 +81,6 @@ class ResponsesRelay(StreamRelay):
         self.rounds: dict[int, list[NativeRun]] = {}  # the native calls recorded so far, by round
         self.announced: dict[int, int] = {}  # where in `recorded` the calls announced and not recorded yet are, by call
         self.begin_round()
-
-    @property
-    def next_position(self) -> int:
-        """The client's `output_index` of the next item sent: after every item sent or recorded so far."""
-        return self.base + len(self.released) + len(self.recorded)
 
     def begin_round(self) -> None:
         self.earlier += [*self.sent_items(), *self.recorded]
@@ -270,147 +265,12 @@ class ResponsesRelay(StreamRelay):
         self.passed, self.passed_at = out, len(out) - len(chunk) + text
         return out
 
-    def check_part(self, index: Any, part: Any, delta: Any) -> None:
-        """A message's text delta goes to the part its `content_index` names in the parts added so far, as the
-        openai SDK's accumulator adds it (by position in the list it appends each `content_part.added` to, an
-        `IndexError` or `AssertionError` there otherwise): one of no such `output_text` part cannot be read as the
-        client reads it, and fails the round (the route's error event, no call of it run)."""
-        item = self.items.get(index) if type(index) is int else None
-        if not isinstance(item, dict) or item.get("type") != "message":
-            return  # the SDK adds it to nothing
-        parts = self.parts.get(index, [])
-        if type(part) is not int or not 0 <= part < len(parts) or parts[part] != "output_text" or index in self.done:
-            raise ValueError(f"a text delta of part {part!r} of output item {index}, which has no such output_text")
-        if type(delta) is not str:  # the SDK adds it to the part's text
-            raise ValueError(f"a text delta of output item {index} whose delta is {type(delta).__name__}")
-        self.texts.setdefault((index, part), Spelled()).add(delta)
-
-    def check_done(self, index: Any, part: Any, text: Any) -> None:
-        """A part's `output_text.done` gives its whole text (the openai SDK's `ResponseTextDoneEvent`, what a client
-        that prints text at its end shows): the one its deltas spelled, or the round fails; no delta comes after it."""
-        kept = self.texts.get((index, part)) if type(index) is int and type(part) is int else None
-        if kept is None or type(text) is not str:
-            return  # a part with no deltas, or one of no message: the item's text is what is told (`check_texts`)
-        shown = str(kept)
-        if shown and text != shown:
-            raise ValueError(f"the text of part {part} of output item {index} differs from its deltas'")
-        parts = self.parts[index]
-        parts[part] = "output_text done"  # a delta after it reaches no text the SDK keeps (`check_part`)
-
-    def check_texts(self, index: Any, item: Any) -> None:
-        """The item told as the answer has it (its `output_item.done`, else the terminal's): each of its parts'
-        text the one its deltas spelled, the text the client showed as it came, or the round fails. Its kept deltas
-        are let go."""
-        if type(index) is not int:
-            return
-        content = item.get("content") if isinstance(item, dict) else None
-        for part in [key[1] for key in self.texts if key[0] == index]:
-            shown = str(self.texts.pop((index, part)))
-            if not shown:
-                continue  # the client was shown no text of it but the item's
-            told = content[part] if isinstance(content, list) and part < len(content) else None
-            if not isinstance(told, dict) or told.get("text") != shown:
-                raise ValueError(f"the text of part {part} of output item {index} differs from its deltas'")
-
-    def check_told_alike(self, output: Any) -> None:
-        """The round's answer is its terminal event's `output` (`body`), but the client acts on each item's
-        `output_item.done` (Codex records its messages and runs its calls from them, the SDKs give it as the item's
-        event): an item done in the stream must be read alike at its place there, or the hooks would judge what the
-        client never got. Raises (the round cannot be read: the route's error event, no call of it run) when not.
-        What a client and a hook act on is compared (`_reading`), not every field, which servers may fill
-        differently in the two places."""
-        if not isinstance(output, list) or not output:
-            return  # `body` gives the items as done
-        for index in self.done:
-            if index >= len(output) or _reading(output[index]) != _reading(self.items[index]):
-                raise ValueError(f"the terminal event's output differs from output item {index} as it was done")
-
     def name_round(self, payload: dict[str, Any]) -> None:
         """Note the round's response id from a lifecycle event, before any of its items go out."""
         response = payload.get("response")
         response_id = response.get("id") if isinstance(response, dict) else None
         if isinstance(response_id, str) and response_id and response_id not in self.round_ids:
             self.round_ids.append(response_id)
-
-    def cite(self, kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        """An event with the annotations of the recorded results that its text names: announced before the text's
-        `output_text.done`, then in its part and its item, as the final answer of the JSON path has them (the
-        round's own answer, which hooks judge, has none)."""
-        index = payload.get("output_index")
-        if not isinstance(index, int):
-            return [payload]
-        at = (index, payload.get("content_index"))
-        if kind == "response.output_text.done" and isinstance(payload.get("text"), str):
-            found = [
-                a for _, runs in sorted(self.rounds.items()) for a in url_citations(payload["text"], _sources(runs))
-            ]
-            if not found:
-                return [payload]
-            self.annotated[at] = found
-            where = {key: payload.get(key) for key in ("item_id", "output_index", "content_index")}
-            added = [
-                {"type": "response.output_text.annotation.added", **where, "annotation_index": n, "annotation": a}
-                for n, a in enumerate(found)
-            ]
-            return [*added, payload]
-        if kind == "response.content_part.done" and at in self.annotated:
-            return [{**payload, "part": _annotated(payload.get("part"), self.annotated[at])}]
-        if kind == "response.output_item.done" and any(key[0] == index for key in self.annotated):
-            item = payload["item"]
-            parts = item.get("content") if isinstance(item, dict) else None
-            if isinstance(parts, list):
-                parts = [_annotated(part, self.annotated.get((index, n), [])) for n, part in enumerate(parts)]
-                item = self.shown[index] = {**item, "content": parts}
-                return [{**payload, "item": item}]
-        return [payload]
-
-    def announce(self, search: NativeCall, round: int) -> Sequence[bytes] | None:
-        """The reasoning item that led to the call (held with it, and shown with its record as in the JSON answer),
-        then the call's `web_search_call` item added, `in_progress` and `searching`."""
-        if not self.started:
-            return None
-        events: list[bytes] = []
-        for reasoning in self.reasoning_before(search.call):
-            events += sse.responses_item(self.emit, self.next_position, reasoning)
-            self.recorded.append(reasoning)
-        item = searching(search)
-        position = self.next_position
-        self.announced[id(search.call)] = len(self.recorded)
-        self.recorded.append(item)
-        at = {"item_id": item["id"], "output_index": position}
-        events.append(self.emit("response.output_item.added", output_index=position, item=item))
-        events.append(self.emit("response.web_search_call.in_progress", **at))
-        events.append(self.emit("response.web_search_call.searching", **at))
-        return events
-
-    def record(self, run: NativeRun, round: int) -> Sequence[bytes] | None:
-        """The call's search `completed` and its item done (all of its events if it was not announced)."""
-        if not self.started:
-            return None
-        self.rounds.setdefault(round, []).append(run)
-        item = web_search_call(run)
-        slot = self.announced.pop(id(run.call), None)
-        if slot is None:
-            events: list[bytes] = []
-            for whole in [*self.reasoning_before(run.call), item]:
-                events += sse.responses_item(self.emit, self.next_position, whole)
-                self.recorded.append(whole)
-            return events
-        self.recorded[slot] = item
-        position = self.base + len(self.released) + slot
-        return [
-            self.emit("response.web_search_call.completed", item_id=item["id"], output_index=position),
-            self.emit("response.output_item.done", output_index=position, item=item),
-        ]
-
-    def reasoning_before(self, call: Mapping[str, Any]) -> list[Any]:
-        """The reasoning item that led to the app's `call` in this round (see reasoning.py), if it did not go out."""
-        at = next((i for i, item in self.items.items() if is_call(item) and _is_same(item, call)), None)
-        reasoning = None if at is None else leading(self.items, at)
-        if reasoning is None or reasoning in self.released or reasoning in self.reasoned:
-            return []
-        self.reasoned.add(reasoning)
-        return [self.items[reasoning]]
 
     def sent_items(self) -> list[Any]:
         """This round's items that went out, as the client has them."""
@@ -509,41 +369,6 @@ def _error_body(kind: str, payload: Mapping[str, Any]) -> bytes:
     if not isinstance(kind_of, str) or not kind_of:
         kind_of = openai_error_type(error_status({"code": code}))
     return orjson.dumps({"error": {"message": message, "type": kind_of, "param": error.get("param"), "code": code}})
-
-
-_READ = ("type", "id", "call_id", "name", "arguments", "input", "server_label")  # what a call is read by
-
-
-def _reading(item: Any) -> Any:
-    """What a client and a hook act on of an output item: its kind and ids, a call's name and arguments, a
-    message's parts' text (`check_told_alike`)."""
-    if not isinstance(item, dict):
-        return item
-    content = item.get("content") if item.get("type") == "message" else None
-    parts = (
-        [(p.get("type"), p.get("text"), p.get("refusal")) if isinstance(p, dict) else p for p in content]
-        if isinstance(content, list)
-        else content
-    )
-    return [item.get(key) for key in _READ], parts
-
-
-def _is_same(item: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
-    """Whether an item of the stream is the app's `call` (read from the round's answer): by `call_id`, else `id`."""
-    if call.get("call_id"):
-        return bool(item.get("call_id") == call.get("call_id"))
-    return bool(call.get("id")) and item.get("id") == call.get("id")
-
-
-def _sources(runs: list[NativeRun]) -> list[Any]:
-    return [source for run in runs for source in run.cited_sources()]
-
-
-def _annotated(part: Any, ours: list[dict[str, Any]]) -> Any:
-    """An `output_text` part with our annotations in front of its own."""
-    if not ours or not isinstance(part, dict):
-        return part
-    return {**part, "annotations": [*ours, *(part.get("annotations") or [])]}
 
 
 def _message_rest(sent: Any, final: Any) -> dict[str, Any] | None:
