@@ -351,10 +351,18 @@ async def test_a_streamed_text_whose_pieces_end_in_an_escaped_quote_or_backslash
 
 
 def test_a_delta_whose_string_holds_escapes_is_taken_unread_and_read_as_the_reader_reads_it() -> None:
-    """Escaped quotes and backslashes, a string ending in one, escapes orjson would not write: the lane takes every
-    text delta of such a text unread (the first quote its backslashes leave unescaped closes the string), keeping
-    each as it is spelled, and the client and the hooks get what reading each event gives."""
-    spelled = [rb"say \"hi\", \/", rb" then \/ \u0041", rb" ends in \u0041\\", rb"\"\/", rb"\u00e9 \n\t"]
+    """Escaped quotes and backslashes, a string ending in one, escapes orjson would not write, DEL and U+0085
+    raw (JSON strings hold them as they are): the lane takes every text delta of such a text unread (the first
+    quote its backslashes leave unescaped closes the string), keeping each as it is spelled, and the client and the
+    hooks get what reading each event gives."""
+    spelled = [
+        rb"say \"hi\", \/",
+        rb" then \/ \u0041",
+        rb" ends in \u0041\\",
+        rb"\"\/",
+        rb"\u00e9 \n\t",
+        b"\x7f\xc2\x85",
+    ]
     deltas = [_LANE + piece + b'"}}\n\n' for piece in spelled]
     body = message("")
     events = list(sse.messages_events(body))
@@ -369,7 +377,7 @@ def test_a_delta_whose_string_holds_escapes_is_taken_unread_and_read_as_the_read
     got += deltas
     got += [data for event in events[2 + len(deltas) :] for read in reader.feed(event) for data in relay.feed(read)]
     assert got == fed_round(fed, b"".join(events), [])
-    text = 'say "hi", / then / A ends in A\\"/é \n\t'
+    text = 'say "hi", / then / A ends in A\\"/é \n\t\x7f\x85'
     assert (
         same_json(relay.body())
         == same_json(fed.body())
