@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any, NamedTuple
 
+import orjson
+
 from .disconnect import ClientWatch
 from .dispatch import Answer, Dispatcher
 from .encode import BodyEncoder
@@ -181,7 +183,12 @@ class RequestEnds:
             self.body = without_internal_fields(body)
             changed_by = (hook.name, REQUEST_HOOK)
         if changed_by is None:
-            return raw
+            if guardrails_only or not self.request_hooks or self.body == orjson.loads(raw):
+                return raw  # as the client sent it, byte for byte
+            # A hook edited the request in place and returned None: the first call is sent what the gates are given
+            # and the reruns send, not the client's bytes (one more parse, only for requests a request hook saw).
+            changed_by = (self.request_hooks[-1].name, REQUEST_HOOK)
+            self.body = without_internal_fields(self.body)
         try:
             # Written whole, not by the rerun encoder: most streams never rerun, and the encoder's work for a rerun's
             # reuse (the messages written apart and made watched, the body's bytes kept for the stream's life) would be

@@ -388,6 +388,34 @@ async def test_request_hooks_change_the_first_request_in_hook_order(route: Route
     assert first.seen[0][2] == 0
 
 
+async def test_a_request_hooks_edit_in_place_with_none_returned_reaches_the_first_call(route: Route) -> None:
+    """A request hook that edits the request in place and returns None (as LiteLLM's hooks often do): the first
+    call of the app gets the edited body, the one the gates are given, not the client's bytes; a hook that reads
+    and edits nothing leaves the client's bytes as they came."""
+
+    class InPlace(CustomLogger):
+        async def async_pre_agentic_loop_request_hook(self, request: Any, logging_obj: Any, kwargs: Any) -> Any:
+            request["temperature"] = 0.25
+            request["messages"][0]["content"] = "edited"
+            return None
+
+    class Reader(CustomLogger):
+        async def async_pre_agentic_loop_request_hook(self, request: Any, logging_obj: Any, kwargs: Any) -> Any:
+            assert request["messages"]
+            return None
+
+    model = ScriptedModel(route.text("done"), route.text("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Reader(), InPlace()])) as client:
+        await post(client, route, route.request())
+    sent = model.requests[0]
+    assert sent.body["temperature"] == 0.25 and sent.body["messages"][0]["content"] == "edited"
+    assert int(sent.headers["content-length"]) == len(sent.raw)
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Reader()])) as client:
+        raw = b'{"model": "m",  "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}'
+        await client.post(route.path, content=raw, headers={"content-type": "application/json"})
+    assert model.requests[1].raw == raw  # byte for byte: spaces and all
+
+
 async def test_a_request_hook_that_returns_no_body_is_a_hook_error(route: Route) -> None:
     class Bad(CustomLogger):
         async def async_pre_agentic_loop_request_hook(self, **_: Any) -> Any:
