@@ -15,6 +15,7 @@ from test_relays import CHAT, chat_round, fed_round, noted_lookup, passed_round,
 
 from agentic_middleware import AgenticLoopMiddleware, CustomLogger, ServerTools, sse
 from agentic_middleware.sse_reader import SSEReader
+from agentic_middleware.surfaces.chat_relay import ChatRelay
 from agentic_middleware.testing import ScriptedModel, chat_completion, tool_call
 
 USER: Any = [{"role": "user", "content": "hi"}]
@@ -263,16 +264,21 @@ async def test_a_later_rounds_text_after_an_empty_content_chunk_is_set_off_from_
     assert passed[1]["choices"][0]["message"]["content"] == "Let me check.\n\nabcdefgh"
 
 
-def test_a_chunk_whose_string_ends_in_a_backslash_is_left_to_the_reader() -> None:
-    """A backslash before the quote that would close the string escapes it: the string goes on, so the chunk is not
-    the one shape, and the reader reads it (here: not JSON, which fails the round at once)."""
-    relay = CHAT.relay({"include_usage": True})
-    assert relay is not None
-    events = chunks("abcdefghijkl")
+def lane_opened(events: list[bytes], include_usage: bool = True) -> tuple[ChatRelay, list[bytes]]:
+    """A Chat relay that has read a round's first three chunks (the role's and two of content: its lane open)."""
+    relay = CHAT.relay({"include_usage": include_usage})
+    assert isinstance(relay, ChatRelay)
     relay.begin_round()
     reader = SSEReader()
     for event in events[:3]:
         [relay.feed(read) for read in reader.feed(event)]
+    return relay, events
+
+
+def test_a_chunk_whose_string_ends_in_a_backslash_is_left_to_the_reader() -> None:
+    """A backslash before the quote that would close the string escapes it: the string goes on, so the chunk is not
+    the one shape, and the reader reads it (here: not JSON, which fails the round at once)."""
+    relay, events = lane_opened(chunks("abcdefghijkl"))
     assert relay.pass_on(events[3]) is events[3]  # the lane is open
     assert relay.pass_on(content_chunk(events[3], b"a\\")) is None
 
@@ -280,13 +286,7 @@ def test_a_chunk_whose_string_ends_in_a_backslash_is_left_to_the_reader() -> Non
 def test_a_chunk_whose_string_holds_escaped_quotes_and_backslashes_is_taken_unread_as_spelled() -> None:
     """The first quote its backslashes leave unescaped closes the string: escaped quotes, and an escaped backslash
     last, leave the chunk in the one shape, and the lane keeps the string as it is spelled (read with the message)."""
-    relay = CHAT.relay({"include_usage": True})
-    assert relay is not None
-    events = chunks("abcdefghijkl")
-    relay.begin_round()
-    reader = SSEReader()
-    for event in events[:3]:
-        [relay.feed(read) for read in reader.feed(event)]
+    relay, events = lane_opened(chunks("abcdefghijkl"))
     before = bytes(relay.lane_text)
     spelled = [rb"say \"hi\" \/", rb"a\\", rb"\"\u0041"]
     for piece in spelled:
@@ -302,13 +302,7 @@ def test_a_lane_opened_by_a_padded_chunk_takes_chunks_with_padding_of_their_own_
     """OpenAI's default chunks end in `obfuscation` padding that differs in each: a lane opened by such a chunk takes
     the next ones, each passed on with its own padding, and leaves to the reader a chunk whose padding is not
     letters and digits, is missing, or is followed by anything."""
-    relay = CHAT.relay({"include_usage": include_usage})
-    assert relay is not None
-    events = padded(chunks("abcdefghijkl"))
-    relay.begin_round()
-    reader = SSEReader()
-    for event in events[:3]:
-        [relay.feed(read) for read in reader.feed(event)]
+    relay, events = lane_opened(padded(chunks("abcdefghijkl")), include_usage)
     like = events[3]
     own = like[: like.rindex(b'"obfuscation":"')] + b'"obfuscation":"Q1w2E3r4T5y6"}\n\n'
     out = relay.pass_on(own)
