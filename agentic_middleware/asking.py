@@ -21,7 +21,7 @@ from .dispatch import Answer
 from .ends import CLEANUP_HOOK as CLEANUP_HOOK
 from .ends import POST_HOOK as POST_HOOK
 from .ends import REQUEST_HOOK as REQUEST_HOOK
-from .ends import RequestEnds
+from .ends import RequestEnds, has_internal_fields
 from .ends import Rerun as Rerun
 from .ends import is_internal_field as is_internal_field
 from .errors import ConfigurationError, HookError
@@ -224,8 +224,9 @@ class AskingHooks(RequestEnds):
             params = self._logging_obj.model_call_details.get("agentic_loop_params") if self._logging_obj else None
             if isinstance(params, dict):
                 params["model"] = body["model"]
-        for name in [name for name in body if is_internal_field(name)]:
-            del body[name]
+        if has_internal_fields(body):  # looked for in C: a plan's patch rarely carries one
+            for name in [name for name in body if is_internal_field(name)]:
+                del body[name]
         if patch.kwargs:
             self.patch_kwargs = {**self.patch_kwargs, **patch.kwargs}
             if "max_agentic_loops" in patch.kwargs:

@@ -258,7 +258,10 @@ class RequestEnds:
             finally:
                 await self.clean_up_after(step)
         if before is not None:
-            self.hooks_usage = usage_added(before, answer.usage())
+            after = answer.usage()
+            # The very object (a post hook that returned the answer it was given, as `ServerTools` does): nothing
+            # added, even if changed in place, since `before` is changed with it.
+            self.hooks_usage = None if after is before else usage_added(before, after)
         return answer
 
     async def post_processed(self, step: Rerun, answer: Answer) -> Answer:

@@ -283,13 +283,18 @@ def as_plan(value: object, hook: BoundHook, method: str) -> AgenticLoopPlan:
 
 _Fields = TypeVar("_Fields", AgenticLoopPlan, AgenticLoopRequestPatch)
 _FIELD_NAMES = {kind: tuple(f.name for f in fields(kind)) for kind in (AgenticLoopPlan, AgenticLoopRequestPatch)}
+# The fields of each that a None stands for empty in (LiteLLM's pydantic models default them so).
+_EMPTIED = {
+    kind: tuple(name for name in ("optional_params", "kwargs", "metadata") if name in names)
+    for kind, names in _FIELD_NAMES.items()
+}
 
 
 def _as_dataclass(kind: type[_Fields], value: object, hook: BoundHook, method: str, what: str) -> _Fields:
     names = _FIELD_NAMES[kind]
     if isinstance(value, kind):
-        for name in ("optional_params", "kwargs", "metadata"):
-            if name in names and getattr(value, name) is None:
+        for name in _EMPTIED[kind]:
+            if getattr(value, name) is None:
                 setattr(value, name, {})
         return value
     if isinstance(value, dict | Mapping):

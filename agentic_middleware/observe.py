@@ -62,8 +62,17 @@ _NUMBERS = (int, float)  # a tuple, not `int | float`, which makes a new union o
 MAPPINGS = (dict, Mapping)
 
 
+_COUNT_TYPES = frozenset(_NUMBERS)  # the types of a parsed answer's counts: a column of them is checked in C
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, _NUMBERS) and not isinstance(value, bool)
+
+
+def _are_counts(values: list[Any]) -> bool:
+    """Whether every value is a count: by their types in C (`bool` is no count, nor in the set), then one by one for
+    a subclass of `int` or `float` a hook's usage may hold."""
+    return _COUNT_TYPES.issuperset(map(type, values)) or all(map(_is_count, values))
 
 
 def sum_usage(usages: Sequence[Any]) -> Any:
@@ -81,7 +90,7 @@ def sum_usage(usages: Sequence[Any]) -> Any:
                 column.append(value)
     total: dict[str, Any] = {}
     for key, values in columns.items():
-        if values and all(map(_is_count, values)):
+        if values and _are_counts(values):
             total[key] = sum(values)
         elif values and all(isinstance(v, MAPPINGS) for v in values):
             total[key] = sum_usage(values)

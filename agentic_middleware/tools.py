@@ -215,7 +215,9 @@ class ServerTools(AgenticHook):
         surface = surface_for(kwargs["_agentic_loop_api_surface"])
         calls = claim["tool_calls"]
         native = NativeRequest.of(logging_obj)
-        searches = [self._native_call(surface, call, native) for call in calls]
+        searches = (
+            [self._native_call(surface, call, native) for call in calls] if native is not None else [None] * len(calls)
+        )
         scope: Scope = kwargs.get("scope") or {}  # the client's request (absent when not called by the middleware)
         jobs = [
             self._run(surface, call, search, logging_obj, scope, native)

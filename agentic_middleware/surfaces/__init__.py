@@ -47,7 +47,8 @@ def canonical(value: Any) -> bytes:
 def with_id(call: dict[str, Any], prefix: str, key: str = "id") -> dict[str, Any]:
     """The call itself when it has an id (in `key`), else a copy with a new one: some servers send calls without,
     and a tool result must name the call it answers."""
-    if isinstance(call.get(key), str) and call[key]:
+    value = dict.get(call, key) if isinstance(call, dict) else call.get(key)  # in C: a parsed call's `get` is Python's
+    if isinstance(value, str) and value:
         return call
     return {**call, key: f"{prefix}{os.urandom(12).hex()}"}
 
@@ -249,8 +250,12 @@ class Surface(ABC):
         return body.get(self.messages_field)
 
     def request_params(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The request without model and conversation: the plan builders' optional parameters."""
-        return {key: value for key, value in body.items() if key not in ("model", self.messages_field)}
+        """The request without model and conversation: the plan builders' optional parameters (copied in C, the two
+        taken out: asked once a round that plans)."""
+        params = dict(body)
+        params.pop("model", None)
+        params.pop(self.messages_field, None)
+        return params
 
     def unsupported(self, body: dict[str, Any]) -> tuple[str, str] | None:
         """The field, and why, when a request of this format cannot take part in the loop: a 400 before any call of

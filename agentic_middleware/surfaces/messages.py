@@ -13,7 +13,7 @@ from ..native import NativeFormat
 from ..native.messages import MessagesNative
 from ..observe import MAPPINGS
 from ..payload import JSONObject, unread_input
-from . import Claims, StreamRelay, Surface, ToolResult, with_id
+from . import Claims, StreamRelay, Surface, ToolResult, canonical, with_id
 from .messages_relay import MessagesRelay
 
 # The counters of a `message` entry of `usage.iterations` (the anthropic SDK's BetaMessageIterationUsage).
@@ -78,7 +78,15 @@ class Messages(Surface):
         return [block for block in (content if isinstance(content, list) else ()) if _is_tool_use(block)]
 
     def call_name(self, call: dict[str, Any]) -> Any:
-        return call.get("name")
+        # `dict.get`, as `_is_tool_use`: a name is a string, and a parsed call's own `get` is a Python method.
+        return dict.get(call, "name") if isinstance(call, dict) else call.get("name")
+
+    def fingerprint(self, response: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
+        """As `Surface.fingerprint`, its blocks read with `dict.get`: the answer is a fresh parse, read once a round
+        that reruns, and wrapping its content for attribute access (`JSONObject`) is for hooks."""
+        content = dict.get(response, "content") if isinstance(response, dict) else response.get("content")
+        calls = [block for block in content if _is_tool_use(block)] if isinstance(content, list) else ()
+        return tuple(sorted((str(dict.get(call, "name")), canonical(dict.get(call, "input"))) for call in calls))
 
     def call_input(self, call: dict[str, Any]) -> Any:
         return call.get("input")
@@ -151,11 +159,12 @@ class Messages(Surface):
             for block in response.get("content") or ()
             if not _is_tool_use(block) or id(block) in answered
         ]
-        tool_results = [
-            {"type": "tool_result", "tool_use_id": answered[id(call)]["id"], "content": _result_content(result)}
-            | ({"is_error": True} if result.is_error else {})
-            for call, result in zip(calls, results, strict=True)
-        ]
+        tool_results = []
+        for call, result in zip(calls, results, strict=True):
+            block = {"type": "tool_result", "tool_use_id": answered[id(call)]["id"], "content": _result_content(result)}
+            if result.is_error:
+                block["is_error"] = True
+            tool_results.append(block)
         return [{"role": "assistant", "content": content}, {"role": "user", "content": tool_results}]
 
 
@@ -165,7 +174,7 @@ _NATIVE = MessagesNative()
 def _as_history(call: dict[str, Any]) -> dict[str, Any]:
     """A claimed call as the app's history holds it: a `tool_use` input must be an object, so input that was not
     one, or not JSON at all, is sent as `{}` (its tool result, an error, quotes what the model wrote)."""
-    value = call.get("input")
+    value = dict.get(call, "input")  # in C, as `_is_tool_use`
     return call if isinstance(value, dict) and unread_input(value) is None else {**call, "input": {}}
 
 
