@@ -25,7 +25,7 @@ from .ends import REQUEST_HOOK, is_internal_field
 from .errors import HookError, RequestRefused
 from .followups import resume_beside
 from .hooks import AgenticLoopLogging, BoundHook
-from .policy import ToolPolicy, scoped
+from .policy import ToolPolicy, client_own, scoped
 from .precall import model_call_details
 from .surfaces import Surface
 from .tools import ServerTools
@@ -78,7 +78,7 @@ async def count(
         resumed = await resume_beside(chains, body, scope, send, max_body_bytes)
     if resumed is not None:
         body, scope, send = resumed
-    client_tools = body.get("tools")
+    client_tools = client_own(body.get("tools"), policy)  # taken before any hook can change the list in place
     try:
         if policy is None or policy.max_agentic_loops != 0:
             body = await _declared(hooks, surface, provider, body, scope, hook_timeout, policy)

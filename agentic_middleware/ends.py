@@ -68,6 +68,16 @@ def without_internal_fields(body: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in body.items() if not is_internal_field(name)}
 
 
+def unchanged(body: dict[str, Any], raw: bytes) -> bool:
+    """Whether a body a hook was given is still the request `raw` holds, compared as JSON writes them: Python's `==`
+    holds `1`, `1.0` and `True` equal and ignores the order of keys, but the model app reads each as sent. (A key the
+    client sent twice is read as the hooks read it, the last one: see docs/hooks.md.)"""
+    try:
+        return orjson.dumps(body) == orjson.dumps(orjson.loads(raw))
+    except TypeError:  # the hook put something that is not JSON in it: changed, and refused where it is written
+        return False
+
+
 class Rerun(NamedTuple):
     """A plan being executed: who made it, with which method, and the kwargs it was given."""
 
@@ -104,7 +114,7 @@ class RequestEnds:
     dispatch: Dispatcher
     client: ClientWatch
     policy: ToolPolicy | None  # what the caller may use, and the cap of its loop limit (policy.py)
-    client_tools: Any  # the tools of the client's own request
+    client_tools: frozenset[bytes]  # the client's own tool declarations as they arrived (`policy.client_own`)
     # Its loop so far.
     depth: int
     _limit: int
@@ -134,7 +144,11 @@ class RequestEnds:
         self._limit = value if self.policy is None else self.policy.capped(value)
 
     def on_the_wire(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A body as it goes to the model app: without the hooks' tools the caller may not use (policy.py)."""
+        """A body as it goes to the model app, the first call's a hook changed and every rerun's: without the fields
+        only trusted code may set (a hook that adds one in place, to a body it returned or to one it was given, is
+        not heard by the app either), and without the hooks' tools the caller may not use (policy.py)."""
+        if has_internal_fields(body):  # looked for in C: almost no body has one
+            body = without_internal_fields(body)
         return body if self.policy is None else scoped(self.surface, body, self.client_tools, self.policy)
 
     @property
@@ -183,12 +197,11 @@ class RequestEnds:
             self.body = without_internal_fields(body)
             changed_by = (hook.name, REQUEST_HOOK)
         if changed_by is None:
-            if guardrails_only or not self.request_hooks or self.body == orjson.loads(raw):
+            if guardrails_only or not self.request_hooks or unchanged(self.body, raw):
                 return raw  # as the client sent it, byte for byte
             # A hook edited the request in place and returned None: the first call is sent what the gates are given
             # and the reruns send, not the client's bytes (one more parse, only for requests a request hook saw).
             changed_by = (self.request_hooks[-1].name, REQUEST_HOOK)
-            self.body = without_internal_fields(self.body)
         try:
             # Written whole, not by the rerun encoder: most streams never rerun, and the encoder's work for a rerun's
             # reuse (the messages written apart and made watched, the body's bytes kept for the stream's life) would be

@@ -25,7 +25,7 @@ from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, Loo
 from .live import LiveStream
 from .loop_setup import LoopSetup as LoopSetup
 from .observe import RoundRecord, set_attributes
-from .policy import ToolPolicy
+from .policy import ToolPolicy, client_own
 from .replies import Replies
 from .retries import Retries
 from .settings import loop_limit
@@ -76,7 +76,7 @@ class AgenticLoop(AskingHooks, Replies):
     ) -> None:
         settings = setup.settings
         self.policy = policy  # what this caller may use (policy.py): before the limit, which it caps
-        self.client_tools = body.get("tools")  # the client's own, which the policy leaves declared
+        self.client_tools = client_own(body.get("tools"), policy)  # the client's own, which the policy leaves declared
         self.checks_only = checks_only  # a request that does not loop: its guardrails judge it, the app answers it
         self.hooks = setup.hooks
         self.request_hooks = setup.request_hooks

@@ -107,25 +107,30 @@ async def policy_of(scope: Scope, function: PolicyFunction, timeout: float | Non
     return value
 
 
-def scoped(surface: Surface, body: dict[str, Any], client_tools: Any, policy: ToolPolicy) -> dict[str, Any]:
+def client_own(tools: Any, policy: ToolPolicy | None) -> frozenset[bytes]:
+    """The client's own tool declarations, as they stand before any hook runs: the ones `scoped` leaves declared.
+
+    Taken as bytes when the request arrives, not read from its `tools` later: a hook that appends a tool to that very
+    list, or renames one of its tools in place, must not make the tool the client's own (and so pass the policy)."""
+    if policy is None or not policy.judges_names or not isinstance(tools, list):
+        return frozenset()
+    return frozenset(map(canonical, tools))
+
+
+def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy: ToolPolicy) -> dict[str, Any]:
     """The body as it goes to the model app: without the tools a hook declared that the caller may not use.
 
-    A tool the client declared itself (one equal to a tool of its own request) stays: the client runs it, not the
-    server. When no tool is left, `tools` goes, and `tool_choice` with it (an API refuses either without tools).
+    A tool the client declared itself (one equal to a declaration of `own`, its request's tools as they arrived:
+    `client_own`) stays: the client runs it, not the server. When no tool is left, `tools` goes, and `tool_choice`
+    with it (an API refuses either without tools).
     """
     tools = body.get("tools")
     if not isinstance(tools, list) or not policy.judges_names:
         return body
-    own: set[bytes] | None = None
     kept = []
     for tool in tools:
         name = surface.declared_name(tool)
-        if not isinstance(name, str) or policy.allows(name):
-            kept.append(tool)
-            continue
-        if own is None:
-            own = {canonical(tool) for tool in client_tools} if isinstance(client_tools, list) else set()
-        if canonical(tool) in own:
+        if not isinstance(name, str) or policy.allows(name) or (own and canonical(tool) in own):
             kept.append(tool)
     if len(kept) == len(tools):
         return body
