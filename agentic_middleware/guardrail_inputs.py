@@ -10,8 +10,9 @@ global setting) says to skip system or tool messages:
   tool outputs (`function_call_output` and its kin) that are text.
 
 Beyond LiteLLM, the words the model reads outside a `text` field (documents, search results, refusals, reasoning
-summaries, MCP outputs) are texts too, and `tool_calls` and `images` are given as LiteLLM gives them (on Responses
-too, where it gives none): a word a guardrail blocks must not reach the model where the guardrail never looked.
+summaries, MCP outputs, native web-search records and citations: guardrail_native.py) are texts too, and
+`tool_calls` and `images` are given as LiteLLM gives them (on Responses too, where it gives none): a word a
+guardrail blocks must not reach the model where the guardrail never looked.
 
 Each text has a slot (its container and key), so the texts a guardrail returns are written where they came from.
 Its `structured_messages` are the request's messages (on Responses, its input items; on Messages the `system`
@@ -28,13 +29,15 @@ from typing import Any
 
 import orjson
 
-from .errors import RequestRefused
+from .guardrail_native import block_slots, citation_slots, web_search_call_slots
+from .guardrail_native import string_slot as _string_slot
+from .guardrail_native import unreadable as _unreadable
 from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
 _TEXT_FIELDS = ("system", "messages", "input", "instructions")
 
-Slot = tuple[Any, Any]  # (container, key): where one text stands
+Slot = tuple[Any, Any]  # (container, key): where one text stands (a native record's: guardrail_native.py)
 
 
 def skips(guardrail: object) -> tuple[bool, bool]:
@@ -302,6 +305,7 @@ def _slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool:
                     yield from _content_slots(block, "content")
             else:
                 yield from _part_slots(block)
+                yield from block_slots(block, skip_tool)  # a native record's words (guardrail_native.py)
 
 
 def _content_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
@@ -343,18 +347,7 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
             yield from _content_slots(part, "content")
     elif kind == "tool_result":
         yield from _content_slots(part, "content")
-
-
-def _string_slot(holder: dict[str, Any], key: str) -> Iterator[Slot]:
-    value = holder.get(key)
-    if isinstance(value, str):
-        yield holder, key
-    elif value is not None:
-        raise _unreadable(f"a {key} that is {type(value).__name__}")
-
-
-def _unreadable(what: str) -> RequestRefused:
-    return RequestRefused(f"the request holds {what}: the guardrails cannot read it")
+    yield from citation_slots(part)
 
 
 def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -> Iterator[Slot]:
@@ -375,6 +368,9 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
             continue
         if item.get("type") == "reasoning":  # its summary is words the app may show the model again
             yield from _content_slots(item, "summary")
+        if item.get("type") == "web_search_call":  # a native search's record (guardrail_native.py)
+            yield from web_search_call_slots(item, skip_tool)
+            continue
         if item.get("type") == "mcp_call":  # a call and its output in one item: the model reads the output
             if not skip_tool:
                 yield from _string_slot(item, "output")

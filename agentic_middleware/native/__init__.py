@@ -12,7 +12,6 @@ turn, those records turned back into the app's own tool calls and results. Each 
 from __future__ import annotations
 
 import base64
-import binascii
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -188,13 +187,21 @@ def encode_text(text: str) -> str:
 
 
 def decode_text(content: Any) -> str:
-    """The text `encode_text` wrote; empty for anything else (a record made by the provider itself)."""
-    if not isinstance(content, str) or not content.startswith(_PREFIX):
-        return ""
+    """The text `encode_text` wrote; empty for anything else (a record made by the provider itself), and for one of
+    ours that does not decode (with a guardrail mounted, such a request is refused first: guardrail_native.py)."""
     try:
-        return base64.urlsafe_b64decode(content[len(_PREFIX) :]).decode()
-    except (binascii.Error, UnicodeDecodeError):
+        return (read_text(content) if isinstance(content, str) else None) or ""
+    except ValueError:
         return ""
+
+
+def read_text(content: str) -> str | None:
+    """The text of an `encrypted_content` that is ours (`amw1.`), decoded as the next turn decodes it for the model;
+    None for one that is not ours. One of ours that does not decode raises ValueError (`binascii.Error`, or
+    `UnicodeDecodeError`)."""
+    if not content.startswith(_PREFIX):
+        return None
+    return base64.urlsafe_b64decode(content[len(_PREFIX) :]).decode()
 
 
 def query_of(call_input: Any) -> str | None:
