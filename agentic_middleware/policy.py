@@ -113,8 +113,11 @@ def client_own(tools: Any, policy: ToolPolicy | None) -> frozenset[bytes]:
     Taken as bytes when the request arrives, not read from its `tools` later: a hook that appends a tool to that very
     list, or renames one of its tools in place, must not make the tool the client's own (and so pass the policy)."""
     if policy is None or not policy.judges_names or not isinstance(tools, list):
-        return frozenset()
+        return _NOTHING_OWN
     return frozenset(map(canonical, tools))
+
+
+_NOTHING_OWN: frozenset[bytes] = frozenset()  # one for every request without a policy: `frozenset()` makes a new one
 
 
 def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy: ToolPolicy) -> dict[str, Any]:
