@@ -87,25 +87,37 @@ class GatewayMetrics:
             multiprocess_mode="livesum",
         )
         self._open: OrderedDict[str, float] = OrderedDict()
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, series: Any, *labels: str) -> Any:
+        """`series.labels(*labels)`, looked up once: prometheus-client checks and joins the label values and takes a
+        lock on every `labels` call, then hands back the same child each time (the gateway never removes one). The
+        table holds no more than the series themselves do: one entry per child they keep."""
+        key = (id(series), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = series.labels(*labels)
+        return child
 
     def on_round(self, record: RoundRecord) -> None:
         """The `on_round` callback: counts one round, and the request when it is the loop's last."""
-        self.rounds.labels(record.route, record.outcome).inc()
+        route, outcome = record.route, record.outcome
+        self._child(self.rounds, route, outcome).inc()
         for tool in record.tools:
-            self.tool_calls.labels(record.route, tool, record.outcome).inc()
+            self._child(self.tool_calls, route, tool, outcome).inc()
         if record.retries:
-            self.rerun_retries.labels(record.route).inc(record.retries)
+            self._child(self.rerun_retries, route).inc(record.retries)
         spent = self._open.pop(record.litellm_call_id, 0.0) + record.app_seconds + record.hook_seconds
         if record.outcome in NOT_FINAL:
             self._open[record.litellm_call_id] = spent
             if len(self._open) > OPEN_LOOPS:
                 self._open.popitem(last=False)
             return
-        self.requests.labels(record.route, record.outcome).inc()
-        self.loop_seconds.labels(record.route).observe(spent)
+        self._child(self.requests, route, outcome).inc()
+        self._child(self.loop_seconds, route).observe(spent)
         if record.depth > 0:
-            self.looped.labels(record.route).inc()
-            self.reruns.labels(record.route).inc(record.depth)
+            self._child(self.looped, route).inc()
+            self._child(self.reruns, route).inc(record.depth)
 
     def text(self) -> bytes:
         if not self.multiprocess:
