@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from yarl import URL
 
-from .wire import Route, error_response, route_of
+from .wire import MODEL_ROUTES, Route, error_response, route_of
 
 FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"content-type", b"accept"})
 FORWARDED_PREFIXES = (b"anthropic-", b"openai-")
@@ -97,6 +97,10 @@ class Upstream:
         self.error_details = error_details
         self.api_key = api_key
         self.proxy = env_proxy(URL(self.root + "/"))
+        self._model_urls = {path.encode(): URL(self.root + path, encoded=True) for path in MODEL_ROUTES}
+        """The upstream URL of each model route's own path, sent as written without a query: built once, as the
+        loop calls these paths on every round (a path with a query, or written otherwise, is checked and built
+        on each request)."""
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -127,14 +131,16 @@ class Upstream:
     async def _forward(self, request: Request, route: Route) -> Response:
         scope = request.scope
         path: bytes = scope.get("raw_path") or urllib.parse.quote(scope["path"]).encode()
-        if not path.startswith(b"/") or _climbs(path):
-            return error_response(route, 400, "the path must be absolute, without '.' or '..' segments")
         query = scope["query_string"]
-        target = self.root + path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
-        try:
-            url = URL(target, encoded=True)
-        except ValueError:
-            return error_response(route, 400, "the path or query is not a valid URL")
+        url = None if query else self._model_urls.get(path)
+        if url is None:  # not one of the model routes as written, or with a query: checked and built here
+            if not path.startswith(b"/") or _climbs(path):
+                return error_response(route, 400, "the path must be absolute, without '.' or '..' segments")
+            target = self.root + path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+            try:
+                url = URL(target, encoded=True)
+            except ValueError:
+                return error_response(route, 400, "the path or query is not a valid URL")
         headers = self._headers(scope["headers"], route)
         body = await request.body()
         method = scope["method"]
