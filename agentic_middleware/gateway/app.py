@@ -117,7 +117,7 @@ def model_app(model: Model, metrics: GatewayMetrics | None = None) -> Starlette:
     # the demo model does not, and the router answers 404 or 405 itself.
     rest = [routing.Mount("/", Forwarding(model))] if isinstance(model, Forwarder) else []
     app = Starlette(
-        routes=[*own, *models, *rest],
+        routes=[*models, *own, *rest],  # the model routes first: the loop's every round is routed to one
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
