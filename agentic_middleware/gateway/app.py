@@ -20,9 +20,10 @@ from pathlib import Path
 from starlette import routing
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import Settings, load_config
 from ..middleware import AgenticLoopMiddleware
@@ -46,8 +47,34 @@ class ModelRoute:
         self.route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self.model(Request(scope, receive), self.route)
+        request = Request(scope, receive)
+        try:
+            response = await self.model(request, self.route)
+        except HTTPException as error:  # as the app's exception middleware would answer it (see `ModelPaths`)
+            response = await http_error(request, error)
         await response(scope, receive, send)
+
+
+class ModelPaths:
+    """A POST to a model route's own path goes to its route at once; every other request to the app behind (the
+    exception middleware, then the router, which would have picked the same route).
+
+    The loop calls a model route on every round; through Starlette's exception middleware and router each call made
+    a `Request`, wrapped `send`, and matched the path against the routes' patterns (callgrind: docs/performance.md).
+    A `ModelRoute` answers an `HTTPException` itself, as that middleware would. A scope with a `root_path` (an app
+    mounted under a prefix) takes the router's way, which strips it."""
+
+    def __init__(self, app: ASGIApp, routes: dict[str, ModelRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            route = self.routes.get(scope["path"])
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 NO_WEBSOCKETS = "the gateway serves no websockets: send the request over HTTP"
@@ -112,7 +139,8 @@ def model_app(model: Model, metrics: GatewayMetrics | None = None) -> Starlette:
     own = [routing.Route("/health", health, methods=["GET", "HEAD"])]
     if metrics is not None:
         own.append(routing.Route("/metrics", metrics.endpoint, methods=["GET", "HEAD"]))
-    models = [routing.Route(path, ModelRoute(model, route), methods=["POST"]) for path, route in ROUTES.items()]
+    model_routes = {path: ModelRoute(model, route) for path, route in ROUTES.items()}
+    models = [routing.Route(path, endpoint, methods=["POST"]) for path, endpoint in model_routes.items()]
     # A model that forwards gets every other path (a GET of /v1/chat/completions too: the upstream answers it);
     # the demo model does not, and the router answers 404 or 405 itself.
     rest = [routing.Mount("/", Forwarding(model))] if isinstance(model, Forwarder) else []
@@ -120,6 +148,7 @@ def model_app(model: Model, metrics: GatewayMetrics | None = None) -> Starlette:
         routes=[*models, *own, *rest],  # the model routes first: the loop's every round is routed to one
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
+        middleware=[Middleware(ModelPaths, routes=model_routes)],  # innermost of the app's own middleware
     )
     app.state.model = model
     return app
