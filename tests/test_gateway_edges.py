@@ -5,6 +5,8 @@ folder of `--workers N` removed at exit. Upstreams and the gateway run under uvi
 
 from __future__ import annotations
 
+import asyncio
+import http.client
 import os
 import signal
 import socket
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -19,11 +22,12 @@ import openai
 import pytest
 import websockets
 from servers import serving as serving_with
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from test_gateway_paths import ENVIRONMENT, Seen, echo, gateway_in_front_of
 
 from agentic_middleware import Settings
-from agentic_middleware.gateway import Upstream, cli, create_app, serving
+from agentic_middleware.gateway import DemoModel, Upstream, cli, create_app, serving
 from agentic_middleware.gateway.access import RequireKey
 from agentic_middleware.testing import ScriptedModel, message, tool_use
 
@@ -208,3 +212,52 @@ def test_the_metrics_folder_of_workers_is_removed_at_exit(tmp_path: Path) -> Non
             gateway.wait()
         reader.join(10)
     assert list(tmp_path.glob("agentic-gateway-metrics-*")) == []
+
+
+MODEL_LOOKALIKES = ["/v1/messages/..", "/v1/messages/%2e%2e/admin", "/v1/chat/completions/..%5Cadmin"]
+MODEL_LOOKALIKES += ["/v1/responses/.;/x", "/v1/%2e%2e/v1/messages", "/v1/messages/.%09./x"]
+
+
+@pytest.mark.parametrize("path", MODEL_LOOKALIKES)
+async def test_a_post_to_a_model_routes_path_that_climbs_is_refused_and_nothing_goes_up(path: str) -> None:
+    """The model routes' own paths take a shorter way to the upstream (no segment check, a URL built once); a path
+    that begins like one and climbs is still refused, `..` encoded or behind a backslash included."""
+    seen: Seen = []
+    async with serving(echo(seen)) as upstream, gateway_in_front_of(Upstream(f"{upstream}/api/v1"), Settings()) as url:
+        status, body = await asyncio.to_thread(raw_post, url, path)
+    assert status == 400 and b"segments" in body
+    assert seen == []
+
+
+async def test_a_model_routes_path_goes_up_as_written_with_its_query() -> None:
+    seen: Seen = []
+    async with serving(echo(seen)) as upstream, gateway_in_front_of(Upstream(f"{upstream}/api/v1"), Settings()) as url:
+        answers = [await asyncio.to_thread(raw_post, url, path) for path in ("/v1/messages?beta=true", "/v1/messages")]
+    assert [status for status, _ in answers] == [200, 200]
+    assert [path for _, path, _, _ in seen] == ["/api/v1/messages?beta=true", "/api/v1/messages"]
+
+
+async def test_an_http_exception_of_the_model_is_answered_in_the_routes_error_shape() -> None:
+    class Refusing(DemoModel):
+        async def __call__(self, request: Any, route: Any) -> Any:
+            raise HTTPException(418, "not today")
+
+    async with gateway_in_front_of(Refusing(), Settings()) as url, httpx.AsyncClient(base_url=url) as client:
+        anthropic_shape = await client.post("/v1/messages", json={"model": "m", "max_tokens": 9, "messages": []})
+        openai_shape = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
+    assert anthropic_shape.status_code == openai_shape.status_code == 418
+    assert anthropic_shape.json()["error"]["message"] == "not today" and anthropic_shape.json()["type"] == "error"
+    assert openai_shape.json()["error"]["message"] == "not today"
+
+
+def raw_post(url: str, path: str) -> tuple[int, bytes]:
+    """A POST of a small Messages body to `path` sent as written (HTTP clients drop dot segments)."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    body = b'{"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}'
+    try:
+        connection.request("POST", path, body, {"content-type": "application/json"})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
