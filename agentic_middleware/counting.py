@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import read_body, replay, scope_with_body_length, send_json
 from .chains import Chains
-from .ends import REQUEST_HOOK, is_internal_field
+from .ends import REQUEST_HOOK, has_internal_fields, is_internal_field, without_internal_fields
 from .errors import HookError, RequestRefused
 from .followups import resume_beside
 from .hooks import AgenticLoopLogging, BoundHook
@@ -84,6 +84,11 @@ async def count(
             body = await _declared(hooks, surface, provider, body, scope, hook_timeout, policy)
         if policy is not None:
             body = scoped(surface, body, client_tools, policy)
+        try:
+            raw = orjson.dumps(body)
+        except TypeError as error:  # a hook put in the body something JSON cannot write: its error, as in a turn
+            names = ", ".join(hook.name for hook in hooks)
+            raise HookError(names, REQUEST_HOOK, f"the request is not JSON: {error}") from None
     except RequestRefused as error:
         await send_json(send, error.status, surface.error_body(error.status, error.summary, error.code, error.param))
         return
@@ -92,7 +97,6 @@ async def count(
         message = "the server's tools could not be declared for the count"
         await send_json(send, 500, surface.error_body(500, message, "agentic_hook_error"))
         return
-    raw = orjson.dumps(body)
     await app(scope_with_body_length(scope, len(raw)), replay(raw, receive), send)
 
 
@@ -128,5 +132,7 @@ async def _declared(
         except TimeoutError:
             raise HookError(hook.name, REQUEST_HOOK, f"timed out after hook_timeout={timeout:g} s") from None
         if isinstance(changed, dict):
-            body = {name: value for name, value in changed.items() if not is_internal_field(name)}
-    return body
+            body = changed
+    # As `RequestEnds.on_the_wire` does for a model call: fields only trusted code may set are not counted (nor
+    # sent), whether a hook returned them or added them in place to the body it was given.
+    return without_internal_fields(body) if has_internal_fields(body) else body

@@ -81,8 +81,15 @@ def judges_only(hook: BoundHook) -> bool:
 
 
 def _copy_of(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` with the request fields a guardrail may change copied, so that nothing it does reaches the request."""
-    return {**kwargs, **{name: copy.deepcopy(kwargs[name]) for name in BODY_FIELDS if name in kwargs}}
+    """`kwargs` copied all the way down, so that nothing a guardrail changes in place reaches the request: not only
+    the fields a guardrail's result is written into, since every other field's objects (`metadata`, `thinking`,
+    `response_format`...) are the request's own and are written into the body the app is sent. The logging object
+    is the request's, shared as every hook shares it."""
+    logging_obj = kwargs.get("litellm_logging_obj")
+    copied = copy.deepcopy({name: value for name, value in kwargs.items() if name != "litellm_logging_obj"})
+    if "litellm_logging_obj" in kwargs:
+        copied["litellm_logging_obj"] = logging_obj
+    return copied
 
 
 def idle_guardrail(hook: BoundHook) -> Any:
@@ -113,8 +120,10 @@ def model_call_details(body: dict[str, Any], provider: str, state: dict[str, Any
 
 
 def _is_identity(name: str) -> bool:
-    """Fields that name the caller in LiteLLM's proxy: only the gateway may set them."""
-    return name.startswith("user_api_key") or name == "litellm_metadata"
+    """Fields that name the caller in LiteLLM's proxy, or hold what does: only the gateway may set them. LiteLLM's
+    proxy builds `litellm_params` itself (its `metadata` carries the key's `user_api_key_*`); a client's, left in
+    the pre-call kwargs, would be the one a pre-request hook is given on `/v1/messages`, in place of the server's."""
+    return name.startswith("user_api_key") or name in ("litellm_metadata", "litellm_params")
 
 
 def caller_hash(state: Mapping[str, Any]) -> str | None:

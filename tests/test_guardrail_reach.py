@@ -315,6 +315,63 @@ async def test_a_during_call_guardrail_judges_the_request_and_its_edits_stay_its
     assert model.requests[0].body["messages"] == [{"role": "user", "content": SAID}]  # as in LiteLLM: not edited
 
 
+def touched(value: Any) -> None:
+    """Marks every JSON object in `value`, however deep, in place."""
+    if isinstance(value, dict):
+        value["touched_by_guardrail"] = True
+        for item in list(value.values()):
+            touched(item)
+    elif isinstance(value, list):
+        for item in value:
+            touched(item)
+
+
+class DuringCallInPlace(CustomGuardrail):
+    """A `during_call` guardrail that edits, in place, every object of the request it is given, however deep."""
+
+    def __init__(self) -> None:
+        super().__init__(guardrail_name="during-in-place", event_hook="during_call", default_on=True)
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        touched([value for name, value in request_data.items() if name != "litellm_logging_obj"])
+        touched(inputs)
+        return inputs
+
+
+NESTED = {
+    "/v1/chat/completions": {
+        "model": "g",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
+        "metadata": {"k": "v"},
+    },
+    "/v1/messages": {
+        "model": "g",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "metadata": {"user_id": "u"},
+    },
+    "/v1/responses": {
+        "model": "g",
+        "input": "hi",
+        "text": {"format": {"type": "text"}},
+        "reasoning": {"effort": "low"},
+    },
+}
+
+
+@pytest.mark.parametrize("path", list(NESTED))
+async def test_a_during_call_guardrails_edits_in_place_however_deep_never_reach_the_app(path: str) -> None:
+    answer = {"/v1/chat/completions": chat_completion("ok"), "/v1/messages": message("ok")}.get(path, response("ok"))
+    model = ScriptedModel(answer)
+    async with http_client(AgenticLoopMiddleware(model, hooks=[DuringCallInPlace()])) as client:
+        reply = await client.post(path, json=NESTED[path])
+    assert reply.status_code == 200, reply.text
+    assert b"touched_by_guardrail" not in model.requests[0].raw
+    assert model.requests[0].body == NESTED[path]
+
+
 async def test_a_guardrail_that_never_judges_a_request_here_is_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
     class PostCall(WordBlock):
         def __init__(self) -> None:

@@ -136,6 +136,51 @@ def add_internal(request: dict[str, Any], api_surface: str) -> None:
     request["_agentic_secret"] = "for trusted code only"
 
 
+class EditingTools(ServerTools):
+    """A tool hook (asked for token counts) that edits the request in place by `edit` and returns None."""
+
+    def __init__(self, edit: Any) -> None:
+        super().__init__([lookup])
+        self.edit = edit
+
+    async def async_pre_agentic_loop_request_hook(
+        self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
+    ) -> None:
+        self.edit(request, kwargs["_agentic_loop_api_surface"])
+
+
+COUNTS = {
+    "messages": ("/v1/messages/count_tokens", ROUTES["messages"][1]),
+    "responses": ("/v1/responses/input_tokens", ROUTES["responses"][1]),
+}
+
+
+@pytest.mark.parametrize("route", list(COUNTS))
+async def test_internal_fields_a_tool_hook_adds_in_place_are_not_in_a_token_count(route: str) -> None:
+    model = ScriptedModel(default={"input_tokens": 1})
+    path, body = COUNTS[route]
+    async with http_client(AgenticLoopMiddleware(model, hooks=[EditingTools(add_internal)])) as client:
+        reply = await client.post(path, json=body)
+    assert reply.status_code == 200, reply.text
+    sent = model.requests[0].body
+    assert "max_agentic_loops" not in sent and "_agentic_secret" not in sent and sent["model"] == "m"
+
+
+def not_json(request: dict[str, Any], api_surface: str) -> None:
+    request["metadata"] = {"when": object()}
+
+
+@pytest.mark.parametrize("route", list(COUNTS))
+async def test_a_tool_hook_that_leaves_a_count_not_json_is_a_hook_error_in_the_routes_shape(route: str) -> None:
+    model = ScriptedModel(default={"input_tokens": 1})
+    path, body = COUNTS[route]
+    async with http_client(AgenticLoopMiddleware(model, hooks=[EditingTools(not_json)])) as client:
+        reply = await client.post(path, json=body)
+    assert reply.status_code == 500 and not model.requests
+    error = reply.json()["error"]
+    assert error["type"] == "api_error" if route == "messages" else error["code"] == "agentic_hook_error"
+
+
 @pytest.mark.parametrize("returns", [True, False], ids=["returned", "returned-none"])
 @pytest.mark.parametrize("route", list(ROUTES))
 async def test_internal_fields_a_hook_adds_in_place_never_reach_the_model_app(route: str, returns: bool) -> None:

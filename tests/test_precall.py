@@ -225,3 +225,28 @@ async def test_the_caller_identity_comes_from_request_state_never_from_the_clien
         assert kwargs.get("user_api_key_hash") == expected
         assert "user_api_key_alias" not in kwargs and "litellm_metadata" not in kwargs
         assert kwargs["metadata"] == {"session_id": "s1"}
+
+
+@pytest.mark.parametrize("route", [MESSAGES, CHAT], ids=str)
+async def test_a_clients_litellm_params_never_reach_the_pre_call_hooks(route: Route) -> None:
+    """LiteLLM's proxy builds `litellm_params` itself; its `metadata` is where LiteLLM puts the key's identity."""
+    hook = PreCallHook()
+    model = ScriptedModel(route.text("a"))
+    app = AgenticLoopMiddleware(model, hooks=[hook])
+
+    async def as_caller(scope: Any, receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})["user_api_key_hash"] = "hash-of-caller-a"
+        await app(scope, receive, send)
+
+    spoof = {"metadata": {"user_api_key_hash": "hash-of-victim", "user_api_key_user_id": "victim"}}
+    body = route.request("hi", litellm_params={**spoof, "custom_llm_provider": "elsewhere"})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=as_caller), base_url="http://g") as client:
+        assert (await client.post(route.path, json=body)).status_code == 200
+    given = {name: kwargs.get("litellm_params") for name, _, kwargs in hook.calls}
+    provider = "anthropic" if route is MESSAGES else "openai"
+    assert given == (
+        {"deployment": None, "pre_request": {"custom_llm_provider": provider}}
+        if route is MESSAGES
+        else {"deployment": None}
+    )
+    assert all(kwargs["user_api_key_hash"] == "hash-of-caller-a" for _, _, kwargs in hook.calls)
