@@ -137,7 +137,9 @@ class AskingHooks(RequestEnds):
         if names is None:
             gate = next(gate for gate in self.surface.gates if hook.methods[gate] is not None)
             raise HookError(
-                hook.name, gate, "claimed calls without naming each in `tool_calls`: the tool policy cannot judge them"
+                hook.name,
+                gate,
+                "claimed calls without giving each one name in `tool_calls`: the tool policy cannot judge them",
             )
         if all(map(self.policy.allows, names)):
             return None

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.types import Scope
 
 from .errors import ConfigurationError
-from .surfaces import Surface, ToolResult, canonical, field
+from .surfaces import Surface, ToolResult, canonical, field, tool_name
 
 PolicyFunction = Callable[[Scope], "ToolPolicy | Awaitable[ToolPolicy | None] | None"]
 
@@ -124,8 +124,9 @@ def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy
     """The body as it goes to the model app: without the tools a hook declared that the caller may not use.
 
     A tool the client declared itself (one equal to a declaration of `own`, its request's tools as they arrived:
-    `client_own`) stays: the client runs it, not the server. When no tool is left, `tools` goes, and `tool_choice`
-    with it (an API refuses either without tools).
+    `client_own`) stays: the client runs it, not the server. Any other goes unless its one name (`declared_name`) is
+    allowed: one whose name cannot be read, or is given twice and disagrees, cannot be judged (fail closed). When no
+    tool is left, `tools` goes, and `tool_choice` with it (an API refuses either without tools).
     """
     tools = body.get("tools")
     if not isinstance(tools, list) or not policy.judges_names:
@@ -133,7 +134,7 @@ def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy
     kept = []
     for tool in tools:
         name = surface.declared_name(tool)
-        if not isinstance(name, str) or policy.allows(name) or (own and canonical(tool) in own):
+        if (name is not None and policy.allows(name)) or (own and canonical(tool) in own):
             kept.append(tool)
     if len(kept) == len(tools):
         return body
@@ -144,14 +145,15 @@ def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy
 
 def claimed_names(claim: Any) -> list[str] | None:
     """The tool names of a gate's claim (its `tool_calls`, as LiteLLM's hooks name them); None when the claim does
-    not name every call it makes, so that the policy cannot judge it."""
+    not give every call it makes one name (`tool_name`: none, or a `name` and a `function.name` that disagree), so
+    that the policy cannot judge it."""
     calls = field(claim, "tool_calls")
     if not isinstance(calls, list | tuple) or not calls:
         return None
     names = []
     for call in calls:
-        name = field(call, "name") or field(field(call, "function"), "name")
-        if not isinstance(name, str):
+        name = tool_name(call)
+        if name is None:
             return None
         names.append(name)
     return names
@@ -159,11 +161,15 @@ def claimed_names(claim: Any) -> list[str] | None:
 
 def denied_results(surface: Surface, claimed: list[dict[str, Any]], policy: ToolPolicy) -> list[ToolResult]:
     """The error results of a round whose claim holds a call the caller may not use: each such call is refused, and
-    the others of the claim are held back with it (the hook's plan runs the claim whole, or not at all)."""
-    names = [str(surface.call_name(call)) for call in claimed]
-    refused = sorted({name for name in names if not policy.allows(name)})
-    denied = ", ".join(repr(name) for name in refused)
+    the others of the claim are held back with it (the hook's plan runs the claim whole, or not at all). A call
+    without one name is refused too: no name it has is one the policy allowed."""
+    names = [surface.call_name(call) for call in claimed]
+    refused = {index for index, name in enumerate(names) if name is None or not policy.allows(name)}
+    denied = ", ".join(sorted({repr(names[index]) for index in refused}))
     return [
-        ToolResult(DENIED.format(name=name) if name in refused else HELD_BACK.format(denied=denied, name=name), True)
-        for name in names
+        ToolResult(
+            DENIED.format(name=name) if index in refused else HELD_BACK.format(denied=denied, name=name),
+            True,
+        )
+        for index, name in enumerate(names)
     ]

@@ -172,9 +172,10 @@ class ServerTools(AgenticHook):
             ]
         return {**request, "tools": [*kept, *ours]}
 
-    def _owner(self, name: str) -> ServerTools | None:
+    def _owner(self, name: str | None) -> ServerTools | None:
         """The hook of this middleware that serves the tool `name` now, if any (a loop, not a generator: asked for
-        every call of every round, and a generator is an object of its own each time)."""
+        every call of every round, and a generator is an object of its own each time). A call without one name
+        (`tool_name`) has none: no server tool runs a call that a check could read as another's."""
         for peer in self.peers:
             if name in peer.by_name:
                 return peer
@@ -253,7 +254,7 @@ class ServerTools(AgenticHook):
     def _native_call(surface: Surface, call: dict[str, Any], native: NativeRequest | None) -> NativeCall | None:
         """The call as a native one, when the client declared its tool natively."""
         name = surface.call_name(call)
-        options = native.declared.get(name) if native is not None else None
+        options = native.declared.get(name) if native is not None and name is not None else None
         if options is None:
             return None
         return NativeCall(call, str(options.declared.get("name") or name), query_of(surface.call_input(call)))
@@ -270,8 +271,8 @@ class ServerTools(AgenticHook):
         """One call's result, and its native record when the client declared the tool natively (`search`)."""
         name = surface.call_name(call)
         owner = self._owner(name)
-        tool = owner.by_name.get(name) if owner is not None else None
-        if owner is None or tool is None:
+        tool = owner.by_name.get(name) if owner is not None and name is not None else None
+        if owner is None or tool is None or name is None:
             gone = ToolResult(f"{name} is no longer served", True)
             return gone, search.ran(gone, UNAVAILABLE) if search is not None else None
         if search is None or native is None:

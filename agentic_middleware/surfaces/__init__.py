@@ -3,71 +3,28 @@
 from __future__ import annotations
 
 import functools
-import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..error_types import error_status
-from ..payload import own_size
 from ..sse_reader import ServerSentEvent, SSEReader
 from ..tool_results import Image as Image
 from ..tool_results import Source as Source
 from ..tool_results import ToolResult as ToolResult
+from .calls import Claims as Claims
+from .calls import canonical as canonical
+from .calls import claims_of as claims_of
+from .calls import field as field
+from .calls import part as part
+from .calls import tool_name as tool_name
+from .calls import with_id as with_id
 
 if TYPE_CHECKING:
     from ..native import NativeCall, NativeFormat, NativeRun
-
-
-class Claims(NamedTuple):
-    """The tool calls hooks claimed, by id, and by name for those claimed without an id."""
-
-    ids: frozenset[str]
-    names: frozenset[str]
-
-
-def field(value: Any, name: str) -> Any:
-    """`value[name]` for mappings, `value.name` for objects (LiteLLM's pydantic types), else None."""
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
-def canonical(value: Any) -> bytes:
-    """A tool input as JSON with sorted keys, so the same call always gives the same bytes."""
-    try:
-        return own_size(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))  # kept by the repeat check
-    except TypeError:
-        return repr(value).encode()
-
-
-def with_id(call: dict[str, Any], prefix: str, key: str = "id") -> dict[str, Any]:
-    """The call itself when it has an id (in `key`), else a copy with a new one: some servers send calls without,
-    and a tool result must name the call it answers."""
-    value = dict.get(call, key) if isinstance(call, dict) else call.get(key)  # in C: a parsed call's `get` is Python's
-    if isinstance(value, str) and value:
-        return call
-    return {**call, key: f"{prefix}{os.urandom(12).hex()}"}
-
-
-def claims_of(gate_answers: Iterable[dict[str, Any]]) -> Claims:
-    """Read the `tool_calls` the gates returned: each call's id, else its name."""
-    ids: set[str] = set()
-    names: set[str] = set()
-    for answer in gate_answers:
-        calls = field(answer, "tool_calls")
-        for call in calls if isinstance(calls, list | tuple) else ():
-            call_id = field(call, "id")
-            if isinstance(call_id, str):
-                ids.add(call_id)
-                continue
-            name = field(call, "name") or field(field(call, "function"), "name")
-            if isinstance(name, str):
-                names.add(name)
-    return Claims(frozenset(ids), frozenset(names))
 
 
 # Which body field each field of a request patch sets, on routes that name them as LiteLLM's patch does.
@@ -270,9 +227,10 @@ class Surface(ABC):
     def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
         """Every tool call of a response, as the wire objects, the client's own included."""
 
-    @abstractmethod
-    def call_name(self, call: dict[str, Any]) -> Any:
-        """The name of the tool a call is for."""
+    def call_name(self, call: dict[str, Any]) -> str | None:
+        """The name of the tool a call is for, None when it has none or two that disagree (`tool_name`: the one
+        reading of every check and every runner)."""
+        return tool_name(call)
 
     @abstractmethod
     def call_input(self, call: dict[str, Any]) -> Any:
@@ -380,9 +338,9 @@ class Surface(ABC):
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         """A function tool declared in the request's `tools`."""
 
-    @abstractmethod
-    def declared_name(self, tool: Any) -> Any:
-        """The name of a tool the request declares."""
+    def declared_name(self, tool: Any) -> str | None:
+        """The name of a tool the request declares, None when it has none a policy can judge it by (`tool_name`)."""
+        return tool_name(tool)
 
     @abstractmethod
     def follow_up(

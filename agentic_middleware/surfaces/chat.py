@@ -76,10 +76,6 @@ class ChatCompletions(Surface):
     def call_groups(self, response: dict[str, Any]) -> list[list[dict[str, Any]]]:
         return [_calls(message) for message in _messages(response)]
 
-    def call_name(self, call: dict[str, Any]) -> Any:
-        # Function calls carry `function`; custom tool calls carry `custom`.
-        return field(call.get("custom") if call.get("type") == "custom" else call.get("function"), "name")
-
     def call_input(self, call: dict[str, Any]) -> Any:
         if call.get("type") == "custom":
             return field(call.get("custom"), "input")
@@ -149,11 +145,6 @@ class ChatCompletions(Surface):
 
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
-
-    def declared_name(self, tool: Any) -> Any:
-        if not isinstance(tool, dict):
-            return None
-        return field(tool.get("function") or tool.get("custom"), "name") or tool.get("name")
 
     def follow_up(
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]

@@ -13,7 +13,7 @@ from ..native import NativeFormat
 from ..native.messages import MessagesNative
 from ..observe import MAPPINGS
 from ..payload import JSONObject, unread_input
-from . import Claims, StreamRelay, Surface, ToolResult, canonical, with_id
+from . import Claims, StreamRelay, Surface, ToolResult, canonical, tool_name, with_id
 from .messages_relay import MessagesRelay
 
 # The counters of a `message` entry of `usage.iterations` (the anthropic SDK's BetaMessageIterationUsage).
@@ -77,16 +77,12 @@ class Messages(Surface):
         content = response.get("content")
         return [block for block in (content if isinstance(content, list) else ()) if _is_tool_use(block)]
 
-    def call_name(self, call: dict[str, Any]) -> Any:
-        # `dict.get`, as `_is_tool_use`: a name is a string, and a parsed call's own `get` is a Python method.
-        return dict.get(call, "name") if isinstance(call, dict) else call.get("name")
-
     def fingerprint(self, response: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
         """As `Surface.fingerprint`, its blocks read with `dict.get`: the answer is a fresh parse, read once a round
         that reruns, and wrapping its content for attribute access (`JSONObject`) is for hooks."""
         content = dict.get(response, "content") if isinstance(response, dict) else response.get("content")
         calls = [block for block in content if _is_tool_use(block)] if isinstance(content, list) else ()
-        return tuple(sorted((str(dict.get(call, "name")), canonical(dict.get(call, "input"))) for call in calls))
+        return tuple(sorted((str(tool_name(call)), canonical(dict.get(call, "input"))) for call in calls))
 
     def call_input(self, call: dict[str, Any]) -> Any:
         return call.get("input")
@@ -122,7 +118,7 @@ class Messages(Surface):
                 elif isinstance(block, dict) and block.get("type") == "tool_result":
                     call = calls.get(block.get("tool_use_id"))
                     if call is not None:
-                        yield call.get("name"), call.get("input"), block.get("content")
+                        yield self.call_name(call), call.get("input"), block.get("content")
 
     def error_body(self, status: int, message: str, code: str, param: str | None = None) -> bytes:
         return orjson.dumps({"type": "error", "error": {"type": _error_type(status), "message": message}})
@@ -145,9 +141,6 @@ class Messages(Surface):
 
     def tool_definition(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"name": name, "description": description, "input_schema": schema}
-
-    def declared_name(self, tool: Any) -> Any:
-        return tool.get("name") if isinstance(tool, dict) else None
 
     def follow_up(
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]

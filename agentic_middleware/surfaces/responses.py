@@ -19,7 +19,7 @@ from ..native import NativeFormat
 from ..native.responses import ResponsesNative
 from ..payload import JSONObject
 from ..reasoning import kept_positions
-from . import PATCH_FIELDS, Claims, StreamRelay, Surface, ToolResult, field, with_id
+from . import PATCH_FIELDS, Claims, StreamRelay, Surface, ToolResult, field, part, tool_name, with_id
 from .chat import ERROR_MARKER, openai_error_body, openai_error_type
 
 CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
@@ -134,9 +134,6 @@ class Responses(Surface):
     def calls(self, response: dict[str, Any]) -> list[dict[str, Any]]:
         return [item for item in _output(response) if is_call(item)]
 
-    def call_name(self, call: dict[str, Any]) -> Any:
-        return field(call, "name")
-
     def call_input(self, call: dict[str, Any]) -> Any:
         if field(call, "type") == "custom_tool_call":
             return field(call, "input")
@@ -209,8 +206,8 @@ class Responses(Surface):
         # `strict` off: the API's strict mode wants every property required and no others allowed.
         return {"type": "function", "name": name, "description": description, "parameters": schema, "strict": False}
 
-    def declared_name(self, tool: Any) -> Any:
-        return tool.get("name") if isinstance(tool, dict) and tool.get("type") in ("function", "custom") else None
+    def declared_name(self, tool: Any) -> str | None:
+        return tool_name(tool) if part(tool, "type") in ("function", "custom") else None
 
     def follow_up(
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
