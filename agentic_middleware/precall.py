@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import HookError, RequestRefused, refusal_of
 from .guardrail_inputs import GuardrailView, skips
 from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, PRE_REQUEST_HOOK
+from .surfaces import canonical
 
 if TYPE_CHECKING:
     from .hooks import AgenticLoopLogging, BoundHook
@@ -248,6 +249,7 @@ async def _guardrail(
     view = GuardrailView(request_data, api_surface, *skips(hook.hook))
     tools = request_data.get("tools")
     chat_tools = _chat_tools(tools, api_surface)
+    given_tools = list(map(canonical, chat_tools))  # what it was given, to tell its edits (in place too) from a copy
     inputs: dict[str, Any] = {"texts": view.texts, "structured_messages": view.messages}
     if chat_tools:
         inputs["tools"] = chat_tools
@@ -283,9 +285,13 @@ async def _guardrail(
             problem = view.write_tool_calls(returned_calls)
             if problem is not None:
                 raise HookError(hook.name, GUARDRAIL, problem)
-    returned_tools = result.get("tools")
-    if isinstance(returned_tools, list) and returned_tools is not chat_tools:
-        request_data["tools"] = _route_tools(returned_tools, tools, api_surface)
+    # Left out, the list it was given, which it may have edited in place. Compared as JSON (sorted keys), not by
+    # identity: a copy of the tools it was given changes nothing, so the request keeps its own declarations, whose
+    # bytes a tool policy knows the client's own by (on `/v1/messages`, converted back they would lose the fields a
+    # function tool has no place for, and a client's own tool would become one the policy may refuse).
+    returned_tools = result.get("tools", chat_tools)
+    if isinstance(returned_tools, list) and list(map(canonical, returned_tools)) != given_tools:
+        request_data["tools"] = _route_tools(returned_tools, tools, given_tools, api_surface)
 
 
 def _chat_tools(tools: Any, api_surface: str) -> list[Any]:
@@ -304,17 +310,30 @@ def _chat_tools(tools: Any, api_surface: str) -> list[Any]:
             },
         }
         for tool in tools
-        if isinstance(tool, dict) and "input_schema" in tool and tool.get("type") in (None, "custom")
+        if _converted(tool)
     ]
 
 
-def _route_tools(returned: list[Any], original: Any, api_surface: str) -> list[Any]:
-    """A guardrail's returned tools in the route's own shape; provider-native tools it never saw are kept."""
+def _converted(tool: Any) -> bool:
+    """Whether a Messages tool is one guardrails are given as an OpenAI function tool (a custom tool)."""
+    return isinstance(tool, dict) and "input_schema" in tool and tool.get("type") in (None, "custom")
+
+
+def _route_tools(returned: list[Any], original: Any, given_tools: list[bytes], api_surface: str) -> list[Any]:
+    """A guardrail's returned tools in the route's own shape; provider-native tools it never saw are kept. A function
+    tool it gave back as it was given (`given_tools`: their JSON) is the request's own declaration, unchanged (its
+    `cache_control`, `type` and the like kept), not one converted back."""
     if api_surface != "anthropic_messages":
         return returned
-    native = [tool for tool in original or () if not (isinstance(tool, dict) and "input_schema" in tool)]
+    native = [tool for tool in original or () if not _converted(tool)]
+    given: dict[bytes, list[Any]] = {}  # in order: two declarations that convert alike are each given back once
+    for key, own in zip(given_tools, [tool for tool in original or () if _converted(tool)], strict=True):
+        given.setdefault(key, []).append(own)
     converted = []
     for tool in returned:
+        if owns := given.get(canonical(tool)):
+            converted.append(owns.pop(0))
+            continue
         function = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(function, dict) and tool.get("type") == "function":
             converted.append(

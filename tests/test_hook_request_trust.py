@@ -9,6 +9,7 @@ holds equal (`1` to `True`, a key moved) is still sent, never replaced by the cl
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -258,3 +259,50 @@ async def test_a_pre_call_hook_cannot_make_a_denied_tool_the_clients_own_in_plac
     own = declaration("messages", "my_own_tool")
     sent = await first_call("messages", DeploymentAppends(), ServerTools([lookup]), tools=[own])
     assert names(sent) == ["my_own_tool", "lookup"]
+
+
+class ToolsGuardrail:
+    """A LiteLLM-style guardrail that gives back the tools it was given: copied, or edited in place by `edit`."""
+
+    event_hook = "pre_call"
+
+    def __init__(self, edit: Any = None) -> None:
+        self.edit = edit
+
+    async def apply_guardrail(
+        self, inputs: dict[str, Any], request_data: dict[str, Any], input_type: str, logging_obj: Any = None
+    ) -> dict[str, Any]:
+        if self.edit is None:
+            return {**inputs, "tools": copy.deepcopy(inputs["tools"])}
+        self.edit(inputs["tools"])
+        return inputs
+
+    async def async_pre_agentic_loop_request_hook(
+        self, request: dict[str, Any], logging_obj: Any, kwargs: dict[str, Any]
+    ) -> None:
+        return None  # a hook of the loop too, so that the middleware takes it
+
+
+# A client's own tools as Anthropic takes them, with what an OpenAI function tool has no place for.
+CLIENT_TOOLS = [
+    {"name": "mine", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}},
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 1},
+    {"name": "delete_my_file", "description": "mine to run", "input_schema": {"type": "object", "properties": {}}},
+]
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+async def test_a_guardrail_that_gives_back_copied_tools_leaves_the_clients_tools_as_sent(route: str) -> None:
+    own = [declaration(route, "mine"), declaration(route, "delete_my_file")] if route != "messages" else CLIENT_TOOLS
+    sent = await first_call(route, ToolsGuardrail(), ServerTools([lookup]), tools=own)
+    assert sent["tools"][: len(own)] == own  # each as the client sent it, its denied-looking own tool too
+    assert names(sent)[len(own) :] == ["lookup"]
+
+
+def drop_last(tools: list[Any]) -> None:
+    tools.pop()
+
+
+async def test_a_guardrails_edit_in_place_of_the_tools_it_was_given_applies_on_messages() -> None:
+    sent = await first_call("messages", ToolsGuardrail(drop_last), tools=CLIENT_TOOLS)
+    assert sent["tools"] == CLIENT_TOOLS[1::-1]  # the native tool first, as documented; `mine` as it was sent
