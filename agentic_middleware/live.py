@@ -29,6 +29,7 @@ from .dispatch import Reply
 from .keepalive import Entry, keep_alive
 from .live_round import RoundCapture
 from .native import NativeCall, NativeRun
+from .shown import ShownIds
 from .stream import SSE_HEADERS, error_of
 from .surfaces import StreamMismatch, StreamRelay, Surface
 
@@ -63,6 +64,7 @@ class LiveStream:
         "pinging",
         "relay",
         "sending",
+        "shown",
         "stream_options",
         "surface",
         "write",
@@ -95,6 +97,8 @@ class LiveStream:
         self.clock = _clock(asyncio.get_running_loop())
         assert write.client is not None, "a live stream's writer watches its client"
         self.client: ClientWatch = write.client
+        # A Responses route's `send` that hides internal ids: a delta it passes as it is goes straight to the server's.
+        self.shown = write.send if isinstance(write.send, ShownIds) else None
 
     def capture(
         self,

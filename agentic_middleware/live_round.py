@@ -19,6 +19,7 @@ from .capture import ResponseCapture
 from .disconnect import ClientWatch, ClientWriter
 from .error_types import UNKNOWN_ERROR_STATUS
 from .payload import own_size
+from .shown import ShownIds
 from .sniff import is_event_stream
 from .sse_reader import SSEReader
 from .surfaces import AppStreamError, StreamRelay, Surface
@@ -28,6 +29,7 @@ class LiveStream(Protocol):
     """What a round reads and writes of its live stream (`live.LiveStream`, which makes each round's capture)."""
 
     write: ClientWriter
+    shown: ShownIds | None
     client: ClientWatch
     surface: Surface
     relay: StreamRelay
@@ -101,8 +103,12 @@ class RoundCapture(ResponseCapture):
                     self.size = size
                     self.heard = True
                     live.sending = True
+                    send = write.send
+                    shown = live.shown
+                    if shown is not None and shown.passes(out):  # no hidden id in it: past that `send`'s coroutine
+                        send = shown.send
                     try:  # as `ClientWriter.forward` writes, and `LiveStream.wrote` after it
-                        await write.send(message if out is chunk else _body(out))
+                        await send(message if out is chunk else _body(out))
                     except Exception:
                         write.broke()
                         live.client.left()

@@ -84,32 +84,46 @@ class ShownIds:
                 data = _replaced(data, internal, shown, after)
         return data
 
-    async def __call__(self, message: Message) -> None:
+    def passes(self, body: bytes) -> bool:
+        """Whether a body chunk goes to the server's `send` as it is: no id to hide yet, or a text delta the relay
+        passed on whose string holds none. A plain check, so that a live stream's lane (live_round.py) writes such a
+        chunk straight to the server's `send`, not through this one's coroutine (most of a live stream's events)."""
         relay = self.relay
         if relay is not None and len(relay.round_ids) > self.followed:
-            for response_id in relay.round_ids[self.followed :]:
-                self.round(response_id, relay)
-            self.followed = len(relay.round_ids)
-        if not self.hidden and self.start is None and message["type"] == "http.response.body":
+            self.follow_rounds(relay)
+        if not self.hidden and self.start is None:
             # No id to hide yet (a live stream's first round), so nothing held (`tail` holds only what could begin
-            # one): the body goes as it came, at the cost of this check alone (most of a live stream's events).
-            await self.send(message)
-            return
-        if relay is not None and message.get("body") is relay.passed and self.searched and not self.tail:
+            # one): the body goes as it came, at the cost of this check alone.
+            return True
+        if relay is not None and body is relay.passed and self.searched and not self.tail:
             # A text delta the relay passed on by its lane (most of a live stream's later rounds): its bytes before its
             # string are known (`_lane_needles`), so a byte search from its string on for what the ids begin with
-            # tells whether it holds one (about a tenth of the search below).
+            # tells whether it holds one (about a tenth of the search in `__call__`).
             if self.lane is not relay.lane_moved or self.lane_ids != len(self.hidden):
                 self._lane_needles(relay)
             needles = self.needles
             if needles is not None:
-                body, at = message["body"], relay.passed_at
+                at = relay.passed_at
                 for needle in needles:
                     if body.find(needle, at) >= 0:
-                        break  # searched as any chunk, below
+                        break  # searched as any chunk (a generator in `all` would cost more than the search)
                 else:
-                    await self.send(message)
-                    return
+                    return True
+        return False
+
+    def follow_rounds(self, relay: ResponsesRelay) -> None:
+        """Hide the ids of the rounds the relay named since the last look."""
+        for response_id in relay.round_ids[self.followed :]:
+            self.round(response_id, relay)
+        self.followed = len(relay.round_ids)
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.body":
+            if self.passes(message.get("body", b"")):
+                await self.send(message)
+                return
+        elif self.relay is not None:
+            self.follow_rounds(self.relay)
         if message["type"] == "http.response.start":
             headers = message.get("headers", ())
             kind, encoded = media_type(headers)

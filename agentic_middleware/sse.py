@@ -332,6 +332,8 @@ def _responses_part_events(
 class ResponsesSequence:
     """Numbers a Responses stream's events: `sequence_number` rises by one with each event written."""
 
+    __slots__ = ("next",)  # read and set for every delta a relay's lane passes on
+
     def __init__(self) -> None:
         self.next = 0
 

@@ -76,6 +76,8 @@ not its event), every backslash with the character it escapes, so that the first
 call (`re`) checks all of it; what the escapes mean, and whether the bytes are UTF-8, is read when the string is
 (`Spelled`), which fails there for a bad one."""
 
+PADDED_END = b'"}\n\n'  # how an OpenAI event that ends in its `obfuscation` padding ends: the lanes compare it
+
 
 class Spelled(bytearray):
     """A string that arrives in pieces, kept as the JSON strings that spelled them, without their quotes and each

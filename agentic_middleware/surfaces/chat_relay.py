@@ -10,7 +10,7 @@ import orjson
 
 from .. import sse
 from ..sse_reader import ServerSentEvent
-from . import SPELLED_STRING, AppStreamError, Pieces, Spelled, StreamMismatch, StreamRelay
+from . import PADDED_END, SPELLED_STRING, AppStreamError, Pieces, Spelled, StreamMismatch, StreamRelay
 
 _NOTHING: tuple[bytes, ...] = ()
 _TOP_FIELDS = ("system_fingerprint", "service_tier")
@@ -20,7 +20,6 @@ _CONTENT = b'"delta":{"content":'
 _MARKS = ("Zq", "Zr")  # the strings a chunk's template is read with (`ChatRelay.open_lane`): one not its content
 _STRING = re.compile(SPELLED_STRING).match  # a content string taken unread: no line break, that would end its line
 _PADDING = b',"obfuscation":"'  # OpenAI's, last in each chunk by default: letters and digits, other in every chunk
-_PADDED_END = b'"}\n\n'
 
 
 class ChatRelay(StreamRelay):
@@ -30,6 +29,11 @@ class ChatRelay(StreamRelay):
     Within a round, everything from the first tool call delta or `finish_reason` on is held; the usage
     chunk (asked of the app for summing) is read, and reaches the client only if it asked for usage.
     """
+
+    __slots__ = (  # thousands of streams each hold one
+        *("include_usage", "head", "opened", "before", "sent", "separated", "holding", "held", "top", "choices"),
+        *("calls", "usage", "lane_text", "lane", "lane_end", "lane_padded", "lane_client"),
+    )
 
     def __init__(self, include_usage: bool) -> None:
         self.include_usage = include_usage
@@ -62,7 +66,8 @@ class ChatRelay(StreamRelay):
         self.lane: bytes | None = None  # a content chunk's bytes up to its string's opening quote (`open_lane`)
         self.lane_end = b""  # and from its closing quote on (to the padding's value, when `lane_padded`)
         self.lane_padded = False  # each chunk ends in padding of its own (`_PADDING`)
-        self.lane_client: tuple[bytes, bytes] | None = None  # the same two for the client, where they differ
+        # Where the client's chunks differ: theirs, as a template of the string (`%b`), then of the padding's value.
+        self.lane_client: bytes | None = None
 
     def open_lane(self, event: ServerSentEvent, index: int, text: str, pieces: Spelled) -> None:
         """A chunk that only adds `text` to one choice's content was read and sent: the chunks that differ from it
@@ -96,7 +101,7 @@ class ChatRelay(StreamRelay):
         pad = read.get("obfuscation")
         padding = b""
         if pad is not None:
-            padding = _PADDING + pad.encode() + _PADDED_END if isinstance(pad, str) and _is_padding(pad) else b""
+            padding = _PADDING + pad.encode() + PADDED_END if isinstance(pad, str) and _is_padding(pad) else b""
             if not padding or end[-len(padding) :] != padding:
                 return  # padding the lane cannot tell from the chunk's end: every chunk read
             end = end[: len(end) - len(padding) + len(_PADDING)]
@@ -114,7 +119,7 @@ class ChatRelay(StreamRelay):
                 if tail[-len(padding) :] != padding:
                     return
                 tail = tail[: len(tail) - len(padding) + len(_PADDING)]
-            self.lane_client = (client[:cut], tail)
+            self.lane_client = _template(client[:cut], tail, *((b"",) if padding else ()))
         self.lane, self.lane_end, self.lane_text, self.lane_padded = head, end, pieces, bool(padding)
 
     def pass_on(self, chunk: bytes) -> bytes | None:
@@ -136,13 +141,11 @@ class ChatRelay(StreamRelay):
             return None
         end = spelled.end() - 1
         tail = self.lane_end
-        cut = end + len(tail)
-        if chunk[end:cut] != tail:
-            return None
         if self.lane_padded:  # then the padding's value, letters and digits, and the chunk's end
-            if chunk[-4:] != _PADDED_END or not chunk[cut:-4].isalnum():  # bytes' `isalnum`: ASCII only
+            cut = end + len(tail)
+            if chunk[end:cut] != tail or chunk[-4:] != PADDED_END or not chunk[cut:-4].isalnum():  # bytes': ASCII
                 return None
-        elif cut != len(chunk):
+        elif chunk[end:] != tail:
             return None
         text = self.lane_text
         text += chunk[size:end]  # as `Spelled` keeps it
@@ -151,8 +154,8 @@ class ChatRelay(StreamRelay):
         if client is None:
             return chunk
         if self.lane_padded:
-            return client[0] + chunk[size:end] + client[1] + chunk[cut:]
-        return client[0] + chunk[size:end] + client[1]
+            return client % (chunk[size:end], chunk[cut:])
+        return client % chunk[size:end]
 
     def offset(self, index: int) -> int:
         """Where this round's text of a choice begins in the client's content: after earlier rounds' text and the
@@ -375,6 +378,11 @@ def _rest(message: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]
         else:
             del rest[key]
     return rest
+
+
+def _template(*parts: bytes) -> bytes:
+    """`parts` as a `%` template with a `%b` between each two (a `%` of theirs escaped: an id may hold one)."""
+    return b"%b".join(part.replace(b"%", b"%%") for part in parts)
 
 
 def _is_padding(value: str) -> bool:

@@ -20,6 +20,7 @@ from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
 from .chat import openai_error_type
 from .responses import CALL_TYPES
 from .responses_checks import TextChecks
+from .responses_lane import TextLane
 from .responses_search import SearchRecords
 
 _LIFECYCLE_START = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -28,19 +29,9 @@ _LIFECYCLE_END = frozenset({"response.completed", "response.incomplete", "respon
 _KEEPALIVE_FIELDS = ("created_at", "model", "parallel_tool_calls", "tool_choice")
 _NOTHING: tuple[bytes, ...] = ()
 
-# The start of the one shape of text delta `ResponsesRelay.pass_on` takes without the reader (the Responses API's own
-# field order, as OpenAI writes it and as `sse.ResponsesSequence` writes it), up to its `sequence_number`'s digits.
-_DELTA = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
-_AT_NUMBER = len(_DELTA)
-# What may follow a delta's string, from its closing quote: the API's `logprobs` (empty: none were asked for), then
-# the event's end; or nothing but the end; or, after the `logprobs`, OpenAI's `obfuscation` padding (`_PADDING`).
-_ENDS = frozenset((b'","logprobs":[]}\n\n', b'"}\n\n'))
-_PADDING = b'","logprobs":[],"obfuscation":"'
-_NO_TEXT = Spelled()
-NOT_PASSED = object()  # `ResponsesRelay.passed` while no delta of the open lane went out: no chunk is it
 
-
-class ResponsesRelay(SearchRecords, TextChecks, StreamRelay):  # first: their `announce`, `record` over the defaults
+# First: the mixins' `announce`, `record`, `pass_on` over the defaults.
+class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
     """A Responses stream across rounds: one lifecycle (the first round's `response.created` and
     `response.in_progress`, one terminal event at the very end), every event renumbered so that
     `sequence_number` rises across rounds, and each round's items placed after the items already sent.
@@ -55,15 +46,8 @@ class ResponsesRelay(SearchRecords, TextChecks, StreamRelay):  # first: their `a
     __slots__ = (  # thousands of streams each hold one
         *("emit", "started", "response_id", "created", "round_ids", "earlier", "base", "opened", "released"),
         *("items", "shown", "recorded", "rounds", "announced", "annotated", "reasoned", "waiting", "waiting_items"),
-        *("holding", "held", "terminal", "done", "parts", "texts", "app_next"),
-        *("lane", "lane_moved", "lane_text", "passed", "passed_at"),
+        *("holding", "held", "terminal", "done", "parts", "texts"),  # and `TextLane`'s own
     )
-
-    lane: bytes | None  # what a delta of the open part spells after its number, to its string's opening quote
-    lane_moved: bytes  # the same for the client: its output_index moved after the earlier rounds' items
-    lane_text: Spelled  # the open part's text as its deltas spelled it (`texts`)
-    passed: object  # the last delta of the open lane that `pass_on` passed on, as it went out (shown.py)
-    passed_at: int  # where the string of that delta begins in it
 
     def __init__(self) -> None:
         self.emit = sse.ResponsesSequence()
@@ -101,40 +85,6 @@ class ResponsesRelay(SearchRecords, TextChecks, StreamRelay):  # first: their `a
         self.texts: dict[tuple[int, int], Spelled] = {}  # each part's text deltas, until its item is done
         self.close_lane()
         self.app_next = -1  # the `sequence_number` the app's next event has, when its last one had one
-
-    def open_lane(self, payload: dict[str, Any]) -> None:
-        """An `output_text` part of a message that went out began: its deltas in the one shape (`_DELTA`), for this
-        item and part, are taken without the reader (`pass_on`) until any other event comes."""
-        index, item_id, part = payload.get("output_index"), payload.get("item_id"), payload.get("content_index")
-        if type(index) is not int:
-            return
-        item = self.items.get(index)
-        if (
-            not isinstance(item, dict)
-            or item.get("type") != "message"
-            or type(item_id) is not str
-            or type(part) is not int
-            or part != len(self.parts.get(index, ())) - 1  # the SDK's place for the part: the deltas go there
-            or not isinstance(payload.get("part"), dict)
-            or payload["part"].get("type") != "output_text"
-        ):
-            return
-        spelled = b',"item_id":' + orjson.dumps(item_id) + b',"output_index":%d,"content_index":%d,"delta":"'
-        self.lane = spelled % (index, part)
-        self.lane_text = self.texts.setdefault((index, part), Spelled())
-        self.lane_moved = spelled % (index + self.base, part) if self.base else self.lane  # one object where the same
-
-    def close_lane(self) -> None:
-        self.lane = None
-        self.lane_text = _NO_TEXT  # only an open lane adds to it
-        self.lane_moved = b""
-        self.passed = NOT_PASSED  # a delta passed on is one of the open lane's (`lane_spelling`)
-
-    def lane_spelling(self) -> tuple[bytes, bytes]:
-        """What every delta of the open lane that `pass_on` passes on (`passed`) spells before its string, but for
-        its `sequence_number`'s digits: its event's name and type, then its item, output_index and content_index as
-        the client has them. shown.py looks for the hidden ids there once a lane, then only from the string on."""
-        return _DELTA, self.lane_moved
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         if event.data == b"[DONE]":  # not the Responses API's, but some servers end their streams with it
@@ -218,51 +168,6 @@ class ResponsesRelay(SearchRecords, TextChecks, StreamRelay):  # first: their `a
         out = self.release(payloads)
         if kind == "response.content_part.added":
             self.open_lane(payload)
-        return out
-
-    def pass_on(self, chunk: bytes) -> bytes | None:
-        """A text delta of the open part (`open_lane`) without the reader: its bytes checked for the one shape that
-        allows it, renumbered in bytes as `feed` renumbers it read (the JSON `feed` writes, as the app spelled it).
-
-        Every byte but its string's is compared with what it must be: the event's name and type (`_DELTA`); the
-        `sequence_number` after the app's last, as servers number their events (so no digits are read); the open
-        part's item, output_index and content_index as `open_lane` spelled them; after the string, one of the ends
-        the API writes (`_ENDS`, `_PADDING`). The string's first quote must be the one before that end (no quote
-        within it: no second key, no second event), and the string is read (orjson) to check that it is JSON, as
-        `feed` would; the string, as it is spelled, is kept with its part's (`Spelled`, `texts`), to be read when the
-        part or its item is done and compared with the text they tell (`check_done`, `check_texts`). It goes out as
-        it came when the app's number is the client's in the first round, else with the client's number and
-        output_index; it is `passed` then, its string at `passed_at` (`lane_spelling` is what comes before).
-        Anything else (a string that is not JSON too: the reader fails the round with `feed`'s own error): None."""
-        lane = self.lane
-        if lane is None:
-            return None
-        number = b"%d" % self.app_next
-        start = _AT_NUMBER + len(number)
-        text = start + len(lane)  # where the delta's string begins
-        # Slices compared cost less than `startswith`, which parses its arguments.
-        if not (chunk[_AT_NUMBER:start] == number and chunk[start:text] == lane and chunk[:_AT_NUMBER] == _DELTA):
-            return None
-        end = chunk.find(b'"', text)  # its string's closing quote, if there is no quote within it
-        tail = chunk[end:]
-        if tail not in _ENDS and not (
-            tail[: len(_PADDING)] == _PADDING and tail[-4:] == b'"}\n\n' and tail[len(_PADDING) : -4].isalnum()
-        ):
-            return None  # (`isalnum` of bytes: ASCII letters and digits only, nothing in the padding to read)
-        try:
-            orjson.loads(chunk[text - 1 : end + 1])  # an escaped quote before an end's spelling is not JSON either
-        except orjson.JSONDecodeError:
-            return None  # a bad escape, bytes that are not UTF-8, half a surrogate pair, a control character
-        kept = self.lane_text
-        kept += chunk[text:end]  # as `Spelled` keeps it, to be read when the part is done
-        kept += b'","'
-        app, ours = self.app_next, self.emit.next
-        self.app_next, self.emit.next = app + 1, ours + 1
-        if app == ours and not self.base:
-            self.passed, self.passed_at = chunk, text
-            return chunk
-        out = b"".join((_DELTA, b"%d" % ours, self.lane_moved, chunk[text:]))
-        self.passed, self.passed_at = out, len(out) - len(chunk) + text
         return out
 
     def name_round(self, payload: dict[str, Any]) -> None:
