@@ -78,7 +78,7 @@ async def count(
         resumed = await resume_beside(chains, body, scope, send, max_body_bytes)
     if resumed is not None:
         body, scope, send = resumed
-    client_tools = client_own(body.get("tools"), policy)  # taken before any hook can change the list in place
+    client_tools = client_own(body, policy)  # taken before any hook can change the list in place
     try:
         if policy is None or policy.max_agentic_loops != 0:
             body = await _declared(hooks, surface, provider, body, scope, hook_timeout, policy)

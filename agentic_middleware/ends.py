@@ -151,6 +151,15 @@ class RequestEnds:
             body = without_internal_fields(body)
         return body if self.policy is None else scoped(self.surface, body, self.client_tools, self.policy)
 
+    def scoped_as_sent(self, raw: bytes) -> bytes:
+        """The client's bytes, as the first call sends them when no hook changed the request: as they are, unless
+        the tool policy takes out a tool the client declared that the app would run (a hosted web search, an MCP
+        server: `policy_forms`), which no rerun alone can take back once the first call has run it."""
+        if self.policy is None or not self.policy.judges_names:
+            return raw
+        body = scoped(self.surface, self.body, self.client_tools, self.policy)
+        return raw if body is self.body else own_size(dumps(body))
+
     @property
     def encoder(self) -> BodyEncoder:
         """Writes the reruns' bodies, reusing the history's bytes from one rerun to the next; made for the first rerun,

@@ -76,7 +76,7 @@ class AgenticLoop(AskingHooks, Replies):
     ) -> None:
         settings = setup.settings
         self.policy = policy  # what this caller may use (policy.py): before the limit, which it caps
-        self.client_tools = client_own(body.get("tools"), policy)  # the client's own, which the policy leaves declared
+        self.client_tools = client_own(body, policy)  # the client's own, which the policy leaves declared
         self.checks_only = checks_only  # a request that does not loop: its guardrails judge it, the app answers it
         self.hooks = setup.hooks
         self.request_hooks = setup.request_hooks
@@ -269,12 +269,13 @@ class AgenticLoop(AskingHooks, Replies):
         raw, self.request_bytes = self.request_bytes, b""
         self.limit = self.request_limit()  # set by an outer middleware, if any
         if self.may_loop() and (self.request_hooks or self.pre_call_hooks):
-            raw = await self.prepared(raw)  # which begins the stream, once the guardrails have judged
+            sent = await self.prepared(raw)  # which begins the stream, once the guardrails have judged
         elif self.guardrail_hooks:  # no loop, yet the guardrails judge the request
-            raw = await self.prepared(raw, guardrails_only=True)
+            sent = await self.prepared(raw, guardrails_only=True)
         else:
             await self.begin_stream()
-        return raw
+            sent = raw
+        return self.scoped_as_sent(sent) if sent is raw else sent
 
     def may_loop(self) -> bool:
         return bool(self.limit) and not self.checks_only

@@ -21,6 +21,7 @@ from typing import Any
 from starlette.types import Scope
 
 from .errors import ConfigurationError
+from .policy_forms import FUNCTIONS_OWN, client_runs, judged_names, scoped_fields, wire_form
 from .surfaces import Surface, ToolResult, canonical, field, tool_name
 
 PolicyFunction = Callable[[Scope], "ToolPolicy | Awaitable[ToolPolicy | None] | None"]
@@ -107,36 +108,51 @@ async def policy_of(scope: Scope, function: PolicyFunction, timeout: float | Non
     return value
 
 
-def client_own(tools: Any, policy: ToolPolicy | None) -> frozenset[bytes]:
-    """The client's own tool declarations, as they stand before any hook runs: the ones `scoped` leaves declared.
+def client_own(body: dict[str, Any], policy: ToolPolicy | None) -> frozenset[bytes]:
+    """The client's own tool declarations in its request `body`, as they stand before any hook runs: the ones
+    `scoped` leaves declared (its `tools`, and its legacy `functions` on Chat, marked apart).
 
     Taken as bytes when the request arrives, not read from its `tools` later: a hook that appends a tool to that very
     list, or renames one of its tools in place, must not make the tool the client's own (and so pass the policy)."""
-    if policy is None or not policy.judges_names or not isinstance(tools, list):
+    if policy is None or not policy.judges_names:
         return _NOTHING_OWN
-    return frozenset(map(canonical, tools))
+    tools, functions = body.get("tools"), body.get("functions")
+    own = frozenset(map(canonical, tools)) if isinstance(tools, list) else _NOTHING_OWN
+    if isinstance(functions, list):
+        own |= {FUNCTIONS_OWN + canonical(entry) for entry in functions}
+    return own
 
 
 _NOTHING_OWN: frozenset[bytes] = frozenset()  # one for every request without a policy: `frozenset()` makes a new one
 
 
 def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy: ToolPolicy) -> dict[str, Any]:
-    """The body as it goes to the model app: without the tools a hook declared that the caller may not use.
+    """The body as it goes to the model app: without the tools declared in it that the caller may not use.
 
-    A tool the client declared itself (one equal to a declaration of `own`, its request's tools as they arrived:
-    `client_own`) stays: the client runs it, not the server. Any other goes unless its one name (`declared_name`) is
-    allowed: one whose name cannot be read, or is given twice and disagrees, cannot be judged (fail closed). When no
+    A function or custom tool the client declared itself (one equal to a declaration of `own`, its request's tools
+    as they arrived: `client_own`) stays: the client runs it, not the server. Any other goes unless every name it is
+    judged by is allowed (`policy_forms.judged_names`: a hosted tool the app runs is judged though the client sent
+    it); one with no name the policy can match (none, two that disagree, an MCP server without its list of tools)
+    cannot be judged, and goes (fail closed). So do the tools declared outside `tools` (`scoped_fields`). When no
     tool is left, `tools` goes, and `tool_choice` with it (an API refuses either without tools).
     """
+    if not policy.judges_names:
+        return body
+    route = surface.name
+    body = scoped_fields(route, body, own, policy.allows)
     tools = body.get("tools")
-    if not isinstance(tools, list) or not policy.judges_names:
+    if tools is None:
         return body
     kept = []
-    for tool in tools:
-        name = surface.declared_name(tool)
-        if (name is not None and policy.allows(name)) or (own and canonical(tool) in own):
+    for tool in tools if isinstance(tools, list) else ():
+        form = wire_form(tool)
+        if own and client_runs(route, form) and canonical(tool) in own:
             kept.append(tool)
-    if len(kept) == len(tools):
+            continue
+        names = judged_names(route, form)
+        if names is not None and all(map(policy.allows, names)):
+            kept.append(tool)
+    if isinstance(tools, list) and len(kept) == len(tools):
         return body
     if kept:
         return {**body, "tools": kept}

@@ -207,7 +207,7 @@ class Responses(Surface):
         return {"type": "function", "name": name, "description": description, "parameters": schema, "strict": False}
 
     def declared_name(self, tool: Any) -> str | None:
-        return tool_name(tool) if part(tool, "type") in ("function", "custom") else None
+        return tool_name(tool) if part(tool, "type") in (None, "function", "custom") else None
 
     def follow_up(
         self, response: dict[str, Any], calls: Sequence[dict[str, Any]], results: Sequence[ToolResult]
