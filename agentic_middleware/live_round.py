@@ -101,6 +101,8 @@ class RoundCapture(ResponseCapture):
                     return
                 if out is not None:
                     self.size = size
+                    if not out:  # held or dropped: nothing reached the client (as `relayed` leaves it)
+                        return
                     self.heard = True
                     live.sending = True
                     send = write.send

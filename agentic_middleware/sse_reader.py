@@ -87,6 +87,14 @@ class SSEReader:
         """Nothing of an event is under way: a chunk that is one whole event may be read without this reader."""
         return self.head is None and not (self.pending or self.data or self.event or self.after_cr)
 
+    def begins(self, chunk: bytes) -> bool:
+        """`chunk` begins between two events (`between_events`), so that one whole event in it may be read without this
+        reader. At the stream's start that is so once its first byte rules a byte order mark out, which is noted as
+        `feed` notes it; a chunk that may open with one is left to `feed`."""
+        if self.head == b"" and chunk[:1] not in (b"", _BOM[:1]):
+            self.head = None
+        return self.between_events
+
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """The events that `chunk` completes, in order."""
         if self.head == b"" and chunk[:1] not in (b"", _BOM[:1]):

@@ -274,7 +274,8 @@ def passed_round(relay: StreamRelay, events: list[bytes]) -> tuple[list[bytes], 
         if out is None:
             got += [data for read in reader.feed(event) for data in relay.feed(read)]
         else:
-            got.append(out)
+            if out:  # empty: taken, nothing for the client now
+                got.append(out)
             taken += 1
     return got, taken
 

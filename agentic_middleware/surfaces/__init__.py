@@ -146,10 +146,11 @@ class StreamRelay(ABC):
         the relay passes on unread (`pass_on`), else each event the reader completes, fed in turn. What was added
         before a failure stays in `out`. `offered`: `pass_on` was asked of this chunk already and declined it (the
         live round's lane asks first), so it is not asked again."""
-        if not offered and reader.between_events:
+        if not offered and reader.begins(chunk):
             passed = self.pass_on(chunk)
             if passed is not None:
-                out.append(passed)
+                if passed:
+                    out.append(passed)
                 return
         for event in reader.feed(chunk):
             out += self.feed(event)
@@ -157,7 +158,8 @@ class StreamRelay(ABC):
     def pass_on(self, chunk: bytes) -> bytes | None:
         """What the client gets now for `chunk`, one whole event that came between two events, when the relay can take
         it without the SSE reader and pass it on without re-encoding it (reading it as `feed` would): the cheap path
-        for most of a stream. None (the default): the reader reads it, and `feed` takes it."""
+        for most of a stream. Empty: taken, with nothing for the client now (held, or dropped as `feed` drops it). None
+        (the default): the reader reads it, and `feed` takes it."""
         return None
 
     @abstractmethod

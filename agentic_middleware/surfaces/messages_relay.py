@@ -19,10 +19,8 @@ from . import SPELLED_STRING, AppStreamError, Spelled, StreamMismatch, StreamRel
 _NOTHING: tuple[bytes, ...] = ()
 
 
-# The start of the one shape of event `MessagesRelay.pass_on` passes on as it came (the Anthropic API's own), and
-# where its data begins.
+# The start of the one shape of text or thinking delta `MessagesRelay.pass_on` takes unread (the Anthropic API's own).
 _PASSED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-_PASSED_DATA = len(b"event: content_block_delta\ndata: ")
 _SPELLED = b'%s%%d,"delta":{"type":"%%s_delta","%%s":"' % _PASSED
 
 
@@ -38,6 +36,16 @@ _STREAMED = frozenset(("text", "thinking"))  # the blocks whose deltas are read 
 _TAKES_INPUT = frozenset(("tool_use", "server_tool_use", "mcp_tool_use"))  # the blocks the SDKs add tool input to
 _STRING_TO_THE_END = re.compile(SPELLED_STRING + b"}}\n\n").fullmatch
 """A text or thinking delta's string from after its opening quote, and the event's end right after it."""
+
+# The events `pass_on` reads whole without the SSE reader, by their `event` line: the Anthropic API's own. An event
+# of another name (one this version does not know) is the reader's and `feed`'s.
+_NAMED = {
+    b"event: " + name.encode(): name
+    for name in (
+        *("message_start", "content_block_start", "content_block_delta", "content_block_stop"),
+        *("message_delta", "message_stop", "ping", "error"),
+    )
+}
 
 
 class MessagesRelay(StreamRelay):
@@ -96,18 +104,22 @@ class MessagesRelay(StreamRelay):
         self.lane_text = Spelled()  # the block's own is joined into it: not held twice
 
     def pass_on(self, chunk: bytes) -> bytes | None:
-        """A delta of a block before any tool call, without the SSE reader: the bytes are checked for the one shape
-        that allows it (the Anthropic API's own).
+        """A whole event without the SSE reader: the bytes are checked for the one form that allows it (the Anthropic
+        API's own, which the reader would pass on as it came). Empty: taken, and nothing goes out now (held, dropped).
 
         A text or thinking delta of the open block (`open_lane`) is taken unread: its string, as it is spelled, is
         added to the block's (`Spelled`), to be read when the block ends, as the client's SDK reads each. It needs no
         unescaped quote within its string (no second key, no second event) and no line end or other control character
-        in it (a line end would cut the client's event): `SPELLED_STRING`, then the event's end. Any
-        other delta in the shape is read as `feed` reads it. In the first round a delta goes out as it came; in a
-        later one with its index moved after the earlier rounds' blocks: an unread one by its start spelled anew
-        (`lane_moved`), a read one written anew as `feed` writes it (moving the index in bytes it has not checked
-        would leave the client reading another block than the hooks' answer has when the index is given twice:
-        JSON's last key wins, however it is spelled)."""
+        in it (a line end would cut the client's event): `SPELLED_STRING`, then the event's end. In the first round it
+        goes out as it came; in a later one by its start spelled anew, its index moved after the earlier rounds'
+        blocks (`lane_moved`).
+
+        Any other event of a known name (`_NAMED`) in a chunk of its own, with one `data` line, LF line ends and its
+        JSON `type` its name, is parsed once and taken as `feed` takes it (`took`): the same bytes out, the same
+        errors (an `error` event fails the round). Anything else (comments, `id` lines, CR, several or cut events, a
+        `type` other than the name) is the reader's: None. A later round's index is moved in the event written anew,
+        never in bytes not checked (the client would read another block than the hooks' answer has when the index is
+        given twice: JSON's last key wins, however it is spelled)."""
         # A slice compared costs less than `startswith`, which parses its arguments; one `re` match checks the rest.
         size = self.lane_size
         if chunk[:size] == self.lane and _STRING_TO_THE_END(chunk, size) is not None:
@@ -115,26 +127,32 @@ class MessagesRelay(StreamRelay):
             text += chunk[size:-5]  # as `Spelled` keeps it
             text += b'","'
             return self.lane_moved + chunk[size:] if self.base else chunk
+        # One whole event in the one form the SSE reader passes on as it came (`ServerSentEvent.raw`): a known `event`
+        # line, one `data` line, LF line ends only, one blank line at its end; what `feed` does with it is done.
+        line = chunk.find(b"\n")
+        name = _NAMED.get(chunk[:line]) if line > 0 else None
         if (
-            self.holding
-            or not chunk.startswith(_PASSED)
+            name is None
+            or chunk[line : line + 7] != b"\ndata: "
             or not chunk.endswith(b"\n\n")
-            or chunk.find(b"\n", _PASSED_DATA, -2) >= 0  # one data line: no line ends within it (`find` is cheapest)
-            or chunk.find(b"\r", _PASSED_DATA) >= 0
+            or chunk.find(b"\n", line + 7, -2) >= 0  # one data line: no line ends within it (`find` is cheapest)
+            or chunk.find(b"\r", line) >= 0
         ):
             return None
-        payload = orjson.loads(chunk[_PASSED_DATA:-2])  # not JSON: the stream cannot be read, as in `feed`
-        if type(payload) is not dict or payload.get("type") != "content_block_delta":
-            return None  # another event under the delta's name (JSON's last key wins): `feed` reads it
-        self.delta(payload)
-        if not self.base:
-            return chunk
-        payload["index"] += self.base
-        return sse.named_event("content_block_delta", payload)
+        payload = orjson.loads(chunk[line + 7 : -2])  # not JSON: the stream cannot be read, as in `feed`
+        if type(payload) is not dict or payload.get("type") != name:
+            return None  # another event under this one's name (JSON's last key wins), or no object: `feed` reads it
+        out = self.took(name, payload, chunk)
+        return out[0] if len(out) == 1 else b"".join(out)  # empty: held or dropped
 
     def feed(self, event: ServerSentEvent) -> Sequence[bytes]:
         payload = orjson.loads(event.data)
-        kind = payload.get("type") or event.event
+        return self.took(payload.get("type") or event.event, payload, event)
+
+    def took(self, kind: str, payload: dict[str, Any], event: ServerSentEvent | bytes) -> Sequence[bytes]:
+        """What `feed` does with an event of type `kind`, read into `payload`: the one implementation of both `feed`
+        and `pass_on`'s whole events. `event` is the reader's event, or the chunk `pass_on` read, which is one whole
+        event named `kind` in the form the reader passes on as it came (its `raw`)."""
         if kind == "content_block_delta":
             self.delta(payload)
             return self.out(event, kind, payload)
@@ -167,7 +185,7 @@ class MessagesRelay(StreamRelay):
             if self.started:
                 return _NOTHING
             self.started = True
-            return (event.encode() if event.event == kind else sse.named_event(kind, payload),)
+            return (_as_sent(event, kind, payload),)
         if kind == "message_delta":
             assert self.message is not None, "message_delta before message_start"
             self.message.update(payload.get("delta") or {})
@@ -181,7 +199,7 @@ class MessagesRelay(StreamRelay):
             self.stopped = True
             return _NOTHING
         if kind == "error":
-            raise AppStreamError(event.data)
+            raise AppStreamError(_data(event) if isinstance(event, bytes) else event.data)
         if kind == "ping":
             return _NOTHING  # the live stream sends its own keep-alives
         return self.out(event, kind, payload)  # an event type this version does not know: as it came
@@ -220,12 +238,12 @@ class MessagesRelay(StreamRelay):
             pieces = self.pieces[index, name] = Spelled()
         pieces.add(text)
 
-    def out(self, event: ServerSentEvent, kind: str, payload: dict[str, Any]) -> Sequence[bytes]:
+    def out(self, event: ServerSentEvent | bytes, kind: str, payload: dict[str, Any]) -> Sequence[bytes]:
         if self.base and "index" in payload:
             payload["index"] += self.base
             client = sse.named_event(kind, payload)
         else:
-            client = event.encode() if event.event == kind else sse.named_event(kind, payload)
+            client = _as_sent(event, kind, payload)
         if self.holding:
             if self.held:
                 self.held.append(client)
@@ -327,6 +345,19 @@ class MessagesRelay(StreamRelay):
                 events += sse.messages_block(first + position, block)
         events += sse.messages_end(final)
         return events
+
+
+def _as_sent(event: ServerSentEvent | bytes, kind: str, payload: dict[str, Any]) -> bytes:
+    """The client's bytes of an event that goes out unchanged: as it came when it is named by its type (`pass_on`'s
+    chunk always is), else written anew under its type."""
+    if isinstance(event, bytes):
+        return event
+    return event.encode() if event.event == kind else sse.named_event(kind, payload)
+
+
+def _data(chunk: bytes) -> bytes:
+    """The data of one whole event in the form `pass_on` reads: its one `data` line's value."""
+    return chunk[chunk.index(b"\ndata: ") + 7 : -2]
 
 
 def _text_rest(sent: Any, final: Any) -> str | None:
