@@ -10,9 +10,11 @@ global setting) says to skip system or tool messages:
   tool outputs (`function_call_output` and its kin) that are text.
 
 Beyond LiteLLM, the words the model reads outside a `text` field (documents, search results, refusals, reasoning
-summaries, MCP outputs, native web-search records and citations: guardrail_native.py) are texts too, and
-`tool_calls` and `images` are given as LiteLLM gives them (on Responses too, where it gives none): a word a
-guardrail blocks must not reach the model where the guardrail never looked.
+summaries, annotations, native web-search records and citations: guardrail_native.py; the records of other
+server and client tools, MCP, code execution, web fetch, file search, shells: guardrail_records.py) are texts too,
+and a block, part or item of a type no reader knows is given whole (guardrail_walk.py); where they stand is
+guardrail_texts.py. `tool_calls` and `images` are given as LiteLLM gives them (on Responses too, where it gives
+none): a word a guardrail blocks must not reach the model where the guardrail never looked.
 
 Each text has a slot (its container and key), so the texts a guardrail returns are written where they came from.
 Its `structured_messages` are the request's messages (on Responses, its input items; on Messages the `system`
@@ -29,15 +31,13 @@ from typing import Any
 
 import orjson
 
-from .guardrail_native import block_slots, citation_slots, web_search_call_slots
-from .guardrail_native import string_slot as _string_slot
-from .guardrail_native import unreadable as _unreadable
+from .guardrail_texts import role as _role
+from .guardrail_texts import slots as _slots
+from .guardrail_walk import Slot
 from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
 _TEXT_FIELDS = ("system", "messages", "input", "instructions")
-
-Slot = tuple[Any, Any]  # (container, key): where one text stands (a native record's: guardrail_native.py)
 
 
 def skips(guardrail: object) -> tuple[bool, bool]:
@@ -265,114 +265,3 @@ def _as_blocks(contents: list[Any]) -> list[Any]:
         elif isinstance(content, list):
             blocks.extend(content)
     return blocks
-
-
-def _role(item: Any, api_surface: str) -> str:
-    """A message's role as LiteLLM scopes it: a Responses tool output counts as "tool"."""
-    if not isinstance(item, dict):
-        return ""
-    if api_surface == "responses" and str(item.get("type", "")).endswith("_call_output"):
-        return "tool"
-    role = item.get("role")
-    return role.lower() if isinstance(role, str) else ""
-
-
-def _slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: bool) -> Iterator[Slot]:
-    if api_surface == "responses":
-        yield from _responses_slots(data, skip_system, skip_tool)
-        return
-    if api_surface == "anthropic_messages" and not skip_system:
-        yield from _content_slots(data, "system")
-    messages = data.get("messages")
-    for message in messages if isinstance(messages, list) else ():
-        if not isinstance(message, dict):
-            raise _unreadable(f"a message that is {type(message).__name__}")
-        role = _role(message, api_surface)
-        skipped = (skip_system and role == "system") or (skip_tool and role == "tool")
-        if skipped and api_surface != "anthropic_messages":  # there tool results are blocks, system is top-level
-            continue
-        if api_surface == "chat_completions":  # an assistant's refusal, as the model reads it (LiteLLM gives none)
-            yield from _string_slot(message, "refusal")
-        content = message.get("content")
-        if not isinstance(content, list):
-            yield from _content_slots(message, "content")
-            continue
-        for block in content:
-            if not isinstance(block, dict):
-                raise _unreadable(f"a part of content that is {type(block).__name__}")
-            if block.get("type") == "tool_result" and api_surface == "anthropic_messages":
-                if not skip_tool:
-                    yield from _content_slots(block, "content")
-            else:
-                yield from _part_slots(block)
-                yield from block_slots(block, skip_tool)  # a native record's words (guardrail_native.py)
-
-
-def _content_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
-    """A content field's texts: the field itself when a string, else its parts' `text` strings.
-
-    A field or part of a shape no guardrail can read (a content that is an object, a part that is a string, a
-    `text` that is not a string) is refused, not passed on unjudged: a lenient app might read it."""
-    value = holder.get(key)
-    if isinstance(value, str):
-        yield holder, key
-    elif isinstance(value, list):
-        for part in value:
-            if not isinstance(part, dict):
-                raise _unreadable(f"a part of {key} that is {type(part).__name__}")
-            yield from _part_slots(part)
-    elif value is not None:
-        raise _unreadable(f"{key} that is {type(value).__name__}")
-
-
-def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
-    """A content part's texts: its `text`, and the texts the model reads in parts that keep them elsewhere.
-
-    LiteLLM's proxy gives a guardrail only a part's `text` (and a Responses refusal's `refusal`); the model also
-    reads a refusal part's words, a `document`'s title, context and text source (`data`, or a `content` source's
-    texts) and a `search_result`'s title and text blocks, so those are given too: else a word a guardrail blocks
-    would reach the model in a document. A nested `tool_result` (which no API accepts) is read as one."""
-    kind = part.get("type")
-    yield from _string_slot(part, "refusal" if kind == "refusal" else "text")
-    if kind in ("document", "search_result"):
-        yield from _string_slot(part, "title")
-        if kind == "document":
-            yield from _string_slot(part, "context")
-            source = part.get("source")
-            if isinstance(source, dict) and source.get("type") == "text":
-                yield from _string_slot(source, "data")
-            elif isinstance(source, dict) and source.get("type") == "content":
-                yield from _content_slots(source, "content")
-        else:
-            yield from _content_slots(part, "content")
-    elif kind == "tool_result":
-        yield from _content_slots(part, "content")
-    yield from citation_slots(part)
-
-
-def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -> Iterator[Slot]:
-    instructions = data.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise _unreadable(f"instructions that are {type(instructions).__name__}")
-    if instructions is not None and not skip_system:
-        yield data, "instructions"
-    items = data.get("input")
-    if isinstance(items, str):
-        yield data, "input"
-        return
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, dict):
-            raise _unreadable(f"an input item that is {type(item).__name__}")
-        role = _role(item, "responses")
-        if (skip_system and role == "system") or (skip_tool and role == "tool"):
-            continue
-        if item.get("type") == "reasoning":  # its summary is words the app may show the model again
-            yield from _content_slots(item, "summary")
-        if item.get("type") == "web_search_call":  # a native search's record (guardrail_native.py)
-            yield from web_search_call_slots(item, skip_tool)
-            continue
-        if item.get("type") == "mcp_call":  # a call and its output in one item: the model reads the output
-            if not skip_tool:
-                yield from _string_slot(item, "output")
-            continue
-        yield from _content_slots(item, "output" if role == "tool" else "content")

@@ -2,10 +2,11 @@
 
 A client sends back the records of earlier searches (Messages `server_tool_use` and `web_search_tool_result` blocks,
 citations on text blocks, Responses `web_search_call` items), and the next turn turns them into text the model reads
-(native/messages.py, native/responses.py): the query, each result's title, URL, age and page text (our
-`encrypted_content`, `amw1.` and the text in base64). A client can forge any of them, so a guardrail is given each of
-these words like any other text, and what it returns is written back to its place: a page text encoded again as
-`amw1.`, and only when the guardrail changed it (a request it leaves alone reaches the app byte for byte).
+(native/messages.py, native/responses.py): the query (a `server_tool_use`'s whole `input`, keys too, and its
+name), each result's title, URL, age and page text (our `encrypted_content`, `amw1.` and the text in base64). A
+client can forge any of them, so a guardrail is given each of these words like any other text, and what it
+returns is written back to its place: a page text encoded again as `amw1.`, and only when the guardrail changed it
+(a request it leaves alone reaches the app byte for byte).
 
 Fail closed: an `amw1.` content that does not decode, or a record's field of a shape no guardrail can read (a title
 that is a number, results that are an object), refuses the request with a 400 in the route's shape. An
@@ -18,29 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import RequestRefused
+from .guardrail_walk import Slot, every_string, string_slot, unreadable
 from .native import encode_text, read_text
-
-Slot = tuple[Any, Any]  # (container, key): where one text stands
 
 # A result's fields the next turn gives the model as text (format_sources), `encrypted_content` decoded.
 _RESULT_FIELDS = ("title", "url", "page_age")
-# A citation's fields that hold words (Anthropic's citation types: `cited_text`, and a title by one name or the other).
-_CITATION_FIELDS = ("cited_text", "title", "document_title")
+# A citation's fields that hold words (Anthropic's citation types: `cited_text`, a title by one name or the other,
+# a web result's URL and a search result's source).
+_CITATION_FIELDS = ("cited_text", "title", "document_title", "url", "source")
 # A Responses search action's fields that hold words, besides its lists of `queries` and `sources`.
 _ACTION_FIELDS = ("query", "url", "pattern")
-
-
-def unreadable(what: str) -> RequestRefused:
-    return RequestRefused(f"the request holds {what}: the guardrails cannot read it")
-
-
-def string_slot(holder: dict[str, Any], key: str) -> Iterator[Slot]:
-    value = holder.get(key)
-    if isinstance(value, str):
-        yield holder, key
-    elif value is not None:
-        raise unreadable(f"a {key} that is {type(value).__name__}")
 
 
 class _Encoded:
@@ -62,7 +50,7 @@ class _Encoded:
 
 
 def citation_slots(part: dict[str, Any]) -> Iterator[Slot]:
-    """A content part's citations' words: each citation's `cited_text` and title, of whatever type."""
+    """A content part's citations' words: each citation's `cited_text`, title, URL and source, of whatever type."""
     cited = part.get("citations")
     if cited is None:
         return
@@ -76,14 +64,15 @@ def citation_slots(part: dict[str, Any]) -> Iterator[Slot]:
 
 
 def block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
-    """A Messages block's record words: a `server_tool_use`'s input (its `query`, every string in it), and, unless
-    tool texts are skipped, a `web_search_tool_result`'s results or error code."""
+    """A Messages block's record words: a `server_tool_use`'s input (its `query`: every key and string in it) and
+    name, and, unless tool texts are skipped, a `web_search_tool_result`'s results or error code."""
     kind = block.get("type")
     if kind == "server_tool_use":
         given = block.get("input")
         if given is not None and not isinstance(given, dict):
             raise unreadable(f"a server_tool_use input that is {type(given).__name__}")
-        yield from _strings(given or {})
+        yield from every_string(given or {})
+        yield from string_slot(block, "name")
     elif kind == "web_search_tool_result" and not skip_tool:
         content = block.get("content")
         if isinstance(content, dict):
@@ -141,13 +130,3 @@ def _results(results: list[Any]) -> Iterator[Slot]:
                 yield _Encoded(result, text), "encrypted_content"
         elif content is not None:
             raise unreadable(f"an encrypted_content that is {type(content).__name__}")
-
-
-def _strings(value: Any) -> Iterator[Slot]:
-    """Every string in a JSON value, each as its slot (a call's input, which the app's call carries whole)."""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, inner in items:
-        if isinstance(inner, str):
-            yield value, key
-        else:
-            yield from _strings(inner)

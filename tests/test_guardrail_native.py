@@ -157,7 +157,8 @@ async def test_messages_a_mask_of_a_forged_search_reaches_the_app_in_its_turned_
         tools=[NATIVE],  # type: ignore[list-item]
     )
 
-    assert [SAID, SAID, URL, f"Page: {SAID}."] == guard.given[0][1:5]  # the query, title, URL and decoded page
+    # the query (the input's key and the tool's name too), the title, URL and decoded page
+    assert [SAID, "query", "web_search", SAID, URL, f"Page: {SAID}."] == guard.given[0][1:7]
     turns = model.requests[0].body["messages"]
     assert turns[1]["content"] == [
         {"type": "tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": MASKED}}

@@ -1,0 +1,88 @@
+"""The words of tool records in a request's history that no other reader gives: the providers' server tools and
+client tools whose calls and outputs a client sends back (and can forge), as a guardrail's texts.
+
+On `/v1/messages`: an `mcp_tool_use`'s input, name and server; the results of code execution (`stdout`,
+`stderr`, a file's `content`, a replace's `lines`, an error's code), of bash and of the text editor; a tool
+search's references. On `/v1/responses`: a `file_search_call`'s queries and results (text, file name,
+attributes), a `code_interpreter_call`'s code and logs, shell calls' commands and outputs, a `local_shell_call`'s
+command and environment, `mcp_list_tools`, `mcp_approval_request` / `_response`, computer and patch calls.
+
+Each is walked by `guardrail_walk.strings`: every string but its ids, so a field the API adds later is given too.
+What is left out is what no guardrail can read as words: a code result's `encrypted_stdout` (Anthropic's, which
+only Anthropic decrypts), an image generation's `result` and a computer call's screenshot (images, base64), a
+compaction's `encrypted_content` (OpenAI's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .guardrail_walk import Slot, string_slot, strings, unreadable
+
+_NONE: frozenset[str] = frozenset()
+
+# Messages blocks, each with the fields of it that are not given; a `*_tool_result` is a tool's result (left out
+# with `skip_tool_message_in_guardrail`, as a `tool_result` is), a call is not.
+MESSAGES_RECORDS: dict[str, frozenset[str]] = {
+    "mcp_tool_use": _NONE,
+    "code_execution_tool_result": frozenset(("encrypted_stdout",)),
+    "bash_code_execution_tool_result": _NONE,
+    "text_editor_code_execution_tool_result": _NONE,
+    "tool_search_tool_result": _NONE,
+    "container_upload": _NONE,
+}
+
+# Responses items, each with the fields of it that are not given. A `*_call_output` is a tool's output (left out
+# with `skip_tool_message_in_guardrail`); the calls are not.
+RESPONSES_RECORDS: dict[str, frozenset[str]] = {
+    "file_search_call": _NONE,
+    "code_interpreter_call": _NONE,
+    "local_shell_call": _NONE,
+    "shell_call": _NONE,
+    "shell_call_output": _NONE,
+    "apply_patch_call": _NONE,
+    "computer_call": _NONE,
+    "computer_call_output": frozenset(("output",)),  # a screenshot: an image
+    "image_generation_call": frozenset(("result",)),  # the image, base64
+    "mcp_list_tools": _NONE,
+    "mcp_approval_request": _NONE,
+    "mcp_approval_response": _NONE,
+    "compaction": frozenset(("encrypted_content",)),
+    "item_reference": _NONE,
+}
+
+
+def messages_record_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
+    """A Messages record block's words (MESSAGES_RECORDS), a tool result's unless tool texts are skipped."""
+    kind = block["type"]
+    if skip_tool and kind.endswith("_tool_result"):
+        return
+    yield from strings(block, MESSAGES_RECORDS[kind])
+
+
+def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
+    """A Responses record item's words (RESPONSES_RECORDS); a code interpreter's image outputs are images."""
+    kind = item["type"]
+    if kind == "code_interpreter_call":
+        yield from string_slot(item, "code")
+        outputs = item.get("outputs")
+        if outputs is not None and not isinstance(outputs, list):
+            raise unreadable(f"code_interpreter_call outputs that are {type(outputs).__name__}")
+        for output in outputs or ():
+            if not isinstance(output, dict):
+                raise unreadable(f"a code_interpreter_call output that is {type(output).__name__}")
+            if output.get("type") != "image":
+                yield from strings(output)
+        return
+    yield from strings(item, RESPONSES_RECORDS[kind])
+
+
+def mcp_call_slots(item: dict[str, Any]) -> Iterator[Slot]:
+    """An `mcp_call`'s output and error, which the model reads (its arguments are among the `tool_calls`)."""
+    yield from string_slot(item, "output")
+    error = item.get("error")
+    if isinstance(error, str):
+        yield item, "error"
+    elif error is not None:
+        yield from strings(error)

@@ -1,0 +1,228 @@
+"""Where the texts of a request stand, route by route: the slots a guardrail's `texts` are read from and written to.
+
+LiteLLM's proxy reads a part's `text` and little else; the model reads more, so each block, part and item type
+the routes know is read here for every word the model reads of it, in LiteLLM's order where LiteLLM reads it
+(guardrail_inputs.py says what, per route), and the tool records of the history by guardrail_native.py (web
+search) and guardrail_records.py (the other server and client tools).
+
+Fail closed: a block, part or item whose type none of them knows is given whole (every key and string in it but
+its ids: guardrail_walk.unknown_slots), not passed on unread; a text of a shape no guardrail can read
+(a content that is an object, a part that is a string, a `text` that is not a string) refuses the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .guardrail_native import block_slots, citation_slots, web_search_call_slots
+from .guardrail_records import (
+    MESSAGES_RECORDS,
+    RESPONSES_RECORDS,
+    mcp_call_slots,
+    messages_record_slots,
+    responses_record_slots,
+)
+from .guardrail_walk import Slot, string_slot, strings, unknown_slots, unreadable
+
+# Parts whose words are a `text` (or a refusal's `refusal`), on any route.
+_TEXT_PARTS = frozenset(("text", "input_text", "output_text", "summary_text", "reasoning_text", "refusal"))
+# Parts that hold no words a guardrail can read: images (given as `images`), files' and audio's bytes, and
+# Messages' thinking, signed by the provider (which refuses an altered one: a mask could not be written back).
+_OPAQUE_PARTS = frozenset(
+    ("image", "image_url", "input_image", "input_file", "file", "input_audio", "thinking", "redacted_thinking")
+)
+# Messages blocks read by guardrail_native.py.
+_NATIVE_BLOCKS = frozenset(("server_tool_use", "web_search_tool_result"))
+# Responses items that are tool outputs of text (a string, or parts): read as a message's content is.
+_OUTPUTS = frozenset(
+    ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "apply_patch_call_output")
+)
+# Responses calls whose words are among the `tool_calls` (guardrail_inputs.py), not the texts.
+_CALLS = frozenset(("function_call", "custom_tool_call"))
+# A document's sources that hold no text: bytes, a URL the provider fetches, a file's id.
+_OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
+
+
+def _kind(holder: dict[str, Any]) -> str | None:
+    """A block's, part's or item's type: a string, or none; any other value is refused (no reader can say what it
+    is, and a list of words would pass unjudged as a type)."""
+    kind = holder.get("type")
+    if kind is None or isinstance(kind, str):
+        return kind
+    raise unreadable(f"a type that is {type(kind).__name__}")
+
+
+def role(item: Any, api_surface: str) -> str:
+    """A message's role as LiteLLM scopes it: a Responses tool output (`*_call_output`) counts as "tool".
+
+    On Responses only a message (type "message", or none) has a role: any other item claiming one (a
+    `web_search_call` with `"role": "system"`) has none, so the skip settings never leave it out unjudged."""
+    if not isinstance(item, dict):
+        return ""
+    if api_surface == "responses":
+        kind = item.get("type")
+        if isinstance(kind, str) and kind.endswith("_call_output"):
+            return "tool"
+        if kind not in (None, "message"):
+            return ""
+    value = item.get("role")
+    return value.lower() if isinstance(value, str) else ""
+
+
+def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: bool) -> Iterator[Slot]:
+    """Every text of the request a guardrail is given, in order, each as its slot."""
+    if api_surface == "responses":
+        yield from _responses_slots(data, skip_system, skip_tool)
+        return
+    if api_surface == "anthropic_messages" and not skip_system:
+        yield from _content_slots(data, "system")
+    messages = data.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            raise unreadable(f"a message that is {type(message).__name__}")
+        said = role(message, api_surface)
+        skipped = (skip_system and said == "system") or (skip_tool and said == "tool")
+        if skipped and api_surface != "anthropic_messages":  # there tool results are blocks, system is top-level
+            continue
+        if api_surface == "chat_completions":  # an assistant's refusal, as the model reads it (LiteLLM gives none)
+            yield from string_slot(message, "refusal")
+        content = message.get("content")
+        if not isinstance(content, list):
+            yield from _content_slots(message, "content")
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                raise unreadable(f"a part of content that is {type(block).__name__}")
+            if api_surface == "anthropic_messages":
+                yield from _block_slots(block, skip_tool)
+            else:
+                yield from _part_slots(block)
+
+
+def _block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
+    """A Messages content block's texts: a tool's result unless tool texts are skipped, a record's words, a part's."""
+    kind = _kind(block)
+    if kind in ("tool_result", "mcp_tool_result", "web_fetch_tool_result"):
+        if skip_tool:
+            return
+        if kind == "web_fetch_tool_result":
+            yield from _web_fetch_slots(block)
+        else:
+            yield from _content_slots(block, "content")
+    elif kind == "tool_use":
+        return  # its name and input are among the `tool_calls` (guardrail_inputs.py)
+    elif kind in _NATIVE_BLOCKS:
+        yield from block_slots(block, skip_tool)  # a native record's words (guardrail_native.py)
+    elif isinstance(kind, str) and kind in MESSAGES_RECORDS:
+        yield from messages_record_slots(block, skip_tool)
+    else:
+        yield from _part_slots(block)
+
+
+def _web_fetch_slots(block: dict[str, Any]) -> Iterator[Slot]:
+    """A `web_fetch_tool_result`'s words: the page's URL and the fetched document (title, context, text), or an
+    error's code; a content of another type is given whole."""
+    content = block.get("content")
+    if not isinstance(content, dict):
+        if content is not None:
+            raise unreadable(f"a web_fetch_tool_result content that is {type(content).__name__}")
+        return
+    if _kind(content) not in ("web_fetch_result", "web_fetch_tool_result_error"):
+        yield from unknown_slots(content)
+        return
+    for key in ("url", "retrieved_at", "error_code"):
+        yield from string_slot(content, key)
+    document = content.get("content")
+    if isinstance(document, dict):
+        yield from _part_slots(document)
+    elif document is not None:
+        raise unreadable(f"a web_fetch_result content that is {type(document).__name__}")
+
+
+def _content_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
+    """A content field's texts: the field itself when a string, else its parts' texts.
+
+    A field or part of a shape no guardrail can read (a content that is an object, a part that is a string, a
+    `text` that is not a string) is refused, not passed on unjudged: a lenient app might read it."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        yield holder, key
+    elif isinstance(value, list):
+        for part in value:
+            if not isinstance(part, dict):
+                raise unreadable(f"a part of {key} that is {type(part).__name__}")
+            yield from _part_slots(part)
+    elif value is not None:
+        raise unreadable(f"{key} that is {type(value).__name__}")
+
+
+def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
+    """A content part's texts: its `text`, and the texts the model reads in parts that keep them elsewhere.
+
+    LiteLLM's proxy gives a guardrail only a part's `text` (and a Responses refusal's `refusal`); the model also
+    reads a refusal part's words, a `document`'s title, context and text source (`data`, or a `content` source's
+    texts), a `search_result`'s title, source and text blocks and a Responses text's `annotations`, so those are
+    given too: else a word a guardrail blocks would reach the model in a document. A nested `tool_result` (which no
+    API accepts) is read as one; a part of a type no reader knows is given whole."""
+    kind = _kind(part)
+    if kind in _TEXT_PARTS:
+        yield from string_slot(part, "refusal" if kind == "refusal" else "text")
+        yield from citation_slots(part)
+        annotations = part.get("annotations")  # a Responses text's citations: a title, a URL, a file name
+        if annotations is not None and not isinstance(annotations, list):
+            raise unreadable(f"annotations that are {type(annotations).__name__}")
+        yield from strings(annotations)
+    elif kind in ("document", "search_result"):
+        yield from string_slot(part, "title")
+        if kind == "document":
+            yield from string_slot(part, "context")
+            source = part.get("source")
+            given = _kind(source) if isinstance(source, dict) else None
+            if isinstance(source, dict) and given == "text":
+                yield from string_slot(source, "data")
+            elif isinstance(source, dict) and given == "content":
+                yield from _content_slots(source, "content")
+            elif isinstance(source, dict) and given not in _OPAQUE_SOURCES:
+                yield from unknown_slots(source)
+        else:
+            yield from string_slot(part, "source")
+            yield from _content_slots(part, "content")
+    elif kind == "tool_result":
+        yield from _content_slots(part, "content")
+    elif kind not in _OPAQUE_PARTS:
+        yield from unknown_slots(part)
+
+
+def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -> Iterator[Slot]:
+    instructions = data.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise unreadable(f"instructions that are {type(instructions).__name__}")
+    if instructions is not None and not skip_system:
+        yield data, "instructions"
+    items = data.get("input")
+    if isinstance(items, str):
+        yield data, "input"
+        return
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict):
+            raise unreadable(f"an input item that is {type(item).__name__}")
+        kind, said = _kind(item), role(item, "responses")
+        if (skip_system and said == "system") or (skip_tool and said == "tool"):
+            continue
+        if kind == "message" or (kind is None and "role" in item):
+            yield from _content_slots(item, "content")
+        elif kind == "reasoning":  # its summary (and its text, when sent) are words the app may show the model
+            yield from _content_slots(item, "summary")
+            yield from _content_slots(item, "content")
+        elif kind == "web_search_call":  # a native search's record (guardrail_native.py)
+            yield from web_search_call_slots(item, skip_tool)
+        elif kind == "mcp_call":  # a call and its output in one item: the model reads the output
+            if not skip_tool:
+                yield from mcp_call_slots(item)
+        elif kind in _OUTPUTS:
+            yield from _content_slots(item, "output")
+        elif isinstance(kind, str) and kind in RESPONSES_RECORDS:
+            yield from responses_record_slots(item)
+        elif kind not in _CALLS:  # an item of a type no reader knows (or none, and no role): given whole
+            yield from unknown_slots(item)

@@ -1,0 +1,137 @@
+"""Every string of a value a guardrail must judge, each with its slot: the walk that makes guardrails fail closed.
+
+A request's history can hold blocks and items of any type: the records of a provider's server tools (code
+execution, web fetch, MCP, file search, shells), types newer than this package, or types a client made up. The
+model app may read any of them (a lenient one turns what it does not know into text), so a guardrail is given
+every string in them, not only the fields a reader names: a block or item whose type no reader knows is walked
+whole, every key and every string at any depth but its own ids (`unknown_slots`), and a known record with a fixed
+schema has every string value given but its ids (`strings`). A walk past `MAX_DEPTH` levels is refused rather
+than cut short.
+
+Each string is given as a slot, `(container, key)`, so a guardrail's edit is written back where the string came
+from; a key's slot (`KeyOf`) renames the key in place, keeping the object's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import RequestRefused
+
+Slot = tuple[Any, Any]  # (container, key): where one text stands
+
+# How deep a walk goes before it refuses: far past any real record, well within Python's recursion limit.
+MAX_DEPTH = 64
+
+# Fields of a known record whose values are not words: ids, the type, a role or status (fixed words of the API),
+# a provider's signature and cache settings, a caller's ids. The model app reads none of them as text.
+HARMLESS = frozenset(
+    (
+        "type",
+        "id",
+        "call_id",
+        "tool_use_id",
+        "item_id",
+        "approval_request_id",
+        "file_id",
+        "container_id",
+        "role",
+        "status",
+        "signature",
+        "cache_control",
+        "caller",
+    )
+)
+
+# Fields of a known record that hold JSON the client shapes freely (a tool call's input, a file's attributes, a
+# shell's environment, a listed tool's schema): their keys are words too, and none of their values is harmless.
+FREE_FORM = frozenset(("input", "arguments", "attributes", "env", "input_schema", "parameters"))
+
+
+def unreadable(what: str) -> RequestRefused:
+    return RequestRefused(f"the request holds {what}: the guardrails cannot read it")
+
+
+def string_slot(holder: dict[str, Any], key: str) -> Iterator[Slot]:
+    """A field that must be a string when present: its slot, or a refusal when it is anything else."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        yield holder, key
+    elif value is not None:
+        raise unreadable(f"a {key} that is {type(value).__name__}")
+
+
+class KeyOf:
+    """An object's key as the slot of a text: read as the key's name, written back as a rename in place (the
+    object's order kept). A rename onto a key the object already has would lose a value: refused."""
+
+    __slots__ = ("holder",)
+
+    def __init__(self, holder: dict[str, Any]) -> None:
+        self.holder = holder
+
+    def __getitem__(self, key: str) -> str:
+        return key
+
+    def __setitem__(self, key: str, text: str) -> None:
+        if text == key:
+            return
+        if text in self.holder:
+            raise RequestRefused(f"a guardrail's edit would merge two keys of an object (onto {text!r})")
+        entries = list(self.holder.items())
+        self.holder.clear()
+        self.holder.update((text if name == key else name, value) for name, value in entries)
+
+
+def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0) -> Iterator[Slot]:
+    """Every string value in a known record (its ids and the `skipped` fields left out), its free-form JSON fields
+    given whole, keys and all."""
+    if depth > MAX_DEPTH:
+        raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, list):
+        for index, inner in enumerate(value):
+            if isinstance(inner, str):
+                yield value, index
+            else:
+                yield from strings(inner, skipped, depth + 1)
+        return
+    if not isinstance(value, dict):
+        return
+    for key, inner in list(value.items()):
+        if key in HARMLESS or key in skipped:
+            continue
+        if isinstance(inner, str):
+            yield value, key
+        elif key in FREE_FORM:
+            yield from every_string(inner, depth + 1)
+        else:
+            yield from strings(inner, skipped, depth + 1)
+
+
+def every_string(value: Any, depth: int = 0) -> Iterator[Slot]:
+    """Every key and every string in a JSON value, at any depth: a key's slot after its value's slots, so that a
+    value is written back before its key is renamed."""
+    if depth > MAX_DEPTH:
+        raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in list(items):
+        if isinstance(inner, str):
+            yield value, key
+        else:
+            yield from every_string(inner, depth + 1)
+        if isinstance(key, str):
+            yield KeyOf(value), key
+
+
+def unknown_slots(block: dict[str, Any]) -> Iterator[Slot]:
+    """A block, part or item of a type no reader knows: every key and string in it, its type too (an app that shows
+    what it does not know may show that), but its own ids."""
+    for key, inner in list(block.items()):
+        if key in HARMLESS and key != "type":
+            continue
+        if isinstance(inner, str):
+            yield block, key
+        else:
+            yield from every_string(inner, 1)
+        yield KeyOf(block), key

@@ -1,0 +1,408 @@
+"""Guardrails fail closed: every string of every block, part and item type the model may read is given to them.
+
+A client can send back (or forge) the records of any tool: Anthropic's MCP, web fetch and code execution results,
+OpenAI's file search, code interpreter, shell and MCP items, or a type no one has heard of. A word a guardrail
+blocks must not reach the model in any of them, and a guardrail's mask must be written back into the very field
+the word was in; an item that claims a role it cannot have must not be skipped with the system or tool messages.
+Each guardrail is a real LiteLLM `CustomGuardrail`; the client is httpx on the middleware, the app a scripted model.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import orjson
+import pytest
+from conftest import http_client
+from fastapi import HTTPException
+
+from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
+pytest.importorskip("litellm")
+
+from litellm.integrations.custom_guardrail import CustomGuardrail
+
+WORD = "pineapple"
+SAID = f"the {WORD} is here"
+
+
+class WordBlock(CustomGuardrail):
+    """Blocks WORD in any text or tool call it is given, with LiteLLM's HTTPException."""
+
+    def __init__(self, skip_system: bool = False, skip_tool: bool = False) -> None:
+        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True)
+        self.skip_system_message_in_guardrail = skip_system
+        self.skip_tool_message_in_guardrail = skip_tool
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        arguments = [call["function"]["arguments"] for call in inputs.get("tool_calls") or ()]
+        if any(WORD in text for text in [*inputs["texts"], *arguments]):
+            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
+        return inputs
+
+
+class Masking(CustomGuardrail):
+    """Rewrites WORD in every text and tool call it is given, returning them to be written back."""
+
+    def __init__(self) -> None:
+        super().__init__(guardrail_name="mask", event_hook="pre_call", default_on=True)
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        masked = {**inputs, "texts": [text.replace(WORD, "masked") for text in inputs["texts"]]}
+        if inputs.get("tool_calls"):
+            masked["tool_calls"] = orjson.loads(orjson.dumps(inputs["tool_calls"]).replace(WORD.encode(), b"masked"))
+        return masked
+
+
+def masked(value: Any) -> Any:
+    """The value with WORD masked wherever it stands, keys included: what the app must get after a mask."""
+    return orjson.loads(orjson.dumps(value).replace(WORD.encode(), b"masked"))
+
+
+DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}, "title": "t"}
+CODE = {"type": "code_execution_result", "stdout": "", "stderr": "", "return_code": 0, "content": []}
+BASH = {**CODE, "type": "bash_code_execution_result"}
+FETCHED = {"type": "web_fetch_result", "url": "https://a.test/", "retrieved_at": "2026-01-01T00:00:00Z"}
+
+
+TOOL_RESULT = {"type": "tool_result", "tool_use_id": "t1"}
+
+
+def result(kind: str, content: Any) -> dict[str, Any]:
+    return {"type": kind, "tool_use_id": "srvtoolu_1", "content": content}
+
+
+# Each case: the blocks of an assistant turn, WORD in one field the view never read before.
+MESSAGES_CASES: dict[str, list[Any]] = {
+    "mcp_tool_use input value": [
+        {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "read", "server_name": "s", "input": {"q": SAID}}
+    ],
+    "mcp_tool_use input key": [
+        {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "read", "server_name": "s", "input": {SAID: 1}}
+    ],
+    "mcp_tool_use name": [{"type": "mcp_tool_use", "id": "m", "name": SAID, "server_name": "s", "input": {}}],
+    "mcp_tool_result string": [result("mcp_tool_result", SAID)],
+    "mcp_tool_result text block": [result("mcp_tool_result", [{"type": "text", "text": SAID}])],
+    "web_fetch document data": [
+        result(
+            "web_fetch_tool_result",
+            {**FETCHED, "content": {**DOCUMENT, "source": {**DOCUMENT["source"], "data": SAID}}},
+        )
+    ],
+    "web_fetch document title": [result("web_fetch_tool_result", {**FETCHED, "content": {**DOCUMENT, "title": SAID}})],
+    "web_fetch url": [
+        result("web_fetch_tool_result", {**FETCHED, "url": f"https://a.test/{WORD}", "content": DOCUMENT})
+    ],
+    "web_fetch error": [result("web_fetch_tool_result", {"type": "web_fetch_tool_result_error", "error_code": SAID})],
+    "code_execution stdout": [result("code_execution_tool_result", {**CODE, "stdout": SAID})],
+    "code_execution stderr": [result("code_execution_tool_result", {**CODE, "stderr": SAID})],
+    "bash_code_execution stdout": [result("bash_code_execution_tool_result", {**BASH, "stdout": SAID})],
+    "bash_code_execution stderr": [result("bash_code_execution_tool_result", {**BASH, "stderr": SAID})],
+    "text_editor view content": [
+        result(
+            "text_editor_code_execution_tool_result",
+            {"type": "text_editor_code_execution_view_result", "file_type": "text", "content": SAID},
+        )
+    ],
+    "text_editor str_replace lines": [
+        result(
+            "text_editor_code_execution_tool_result",
+            {"type": "text_editor_code_execution_str_replace_result", "lines": ["a", SAID]},
+        )
+    ],
+    "server_tool_use input key": [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "code_execution", "input": {SAID: "print(1)"}}
+    ],
+    "server_tool_use input value": [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "code_execution", "input": {"code": [SAID]}}
+    ],
+    "an unknown block type": [{"type": "x_future_block", "payload": {"lines": [{"said": SAID}]}}],
+    "an unknown block's key": [{"type": "x_future_block", "payload": {SAID: True}}],
+    "an unknown document source": [{**DOCUMENT, "source": {"type": "x_source", "text": SAID}}],
+    "a citation's source": [
+        {"type": "text", "text": "See it."}
+        | {"citations": [{"type": "search_result_location", "source": SAID, "cited_text": "x", "title": None}]}
+    ],
+}
+
+
+def messages_body(blocks: list[Any]) -> dict[str, Any]:
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": copy.deepcopy(blocks)},
+        {"role": "user", "content": "and then?"},
+    ]
+    return {"model": "c", "max_tokens": 9, "messages": turns}
+
+
+@pytest.mark.parametrize("where", list(MESSAGES_CASES))
+async def test_messages_a_blocked_word_in_any_record_or_unknown_block_is_refused(where: str) -> None:
+    model = ScriptedModel(default=message("never"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+        got = await http.post("/v1/messages", json=messages_body(MESSAGES_CASES[where]))
+    assert got.status_code == 400
+    assert got.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": f"blocked: {WORD}"}}
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("where", list(MESSAGES_CASES))
+async def test_messages_a_mask_is_written_back_into_the_very_field(where: str) -> None:
+    model = ScriptedModel(default=message("ok"))
+    body = messages_body(MESSAGES_CASES[where])
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Masking()])) as http:
+        got = await http.post("/v1/messages", json=body)
+    assert got.status_code == 200
+    sent = model.requests[0].body
+    assert sent["messages"] == masked(body["messages"])  # that field masked, every other one as the client sent it
+    assert WORD not in model.requests[0].raw.decode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"system": [{"type": "x_system_block", "note": SAID}], "messages": [{"role": "user", "content": "hi"}]},
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+                {"role": "user", "content": [TOOL_RESULT | {"content": [{"type": "x_part", "body": SAID}]}]},
+            ]
+        },
+    ],
+    ids=["an unknown system block", "an unknown part of a tool_result"],
+)
+async def test_messages_unknown_blocks_elsewhere_are_judged_too(body: dict[str, Any]) -> None:
+    body = {"model": "c", "max_tokens": 9, **body}
+    model = ScriptedModel(default=message("never"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+        got = await http.post("/v1/messages", json=body)
+    assert got.status_code == 400 and model.requests == []
+
+
+ANSWERED = {"type": "message", "role": "assistant", "status": "completed", "id": "msg_1"}
+
+RESPONSES_CASES: dict[str, dict[str, Any]] = {
+    "file_search_call result text": {
+        "type": "file_search_call",
+        "id": "fs_1",
+        "status": "completed",
+        "queries": ["q"],
+        "results": [{"file_id": "f1", "filename": "a.txt", "score": 0.5, "text": SAID}],
+    },
+    "file_search_call query": {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": [SAID]},
+    "file_search_call attribute key": {
+        "type": "file_search_call",
+        "id": "fs_1",
+        "status": "completed",
+        "queries": ["q"],
+        "results": [{"file_id": "f1", "text": "x", "attributes": {SAID: 1}}],
+    },
+    "code_interpreter_call code": {
+        "type": "code_interpreter_call",
+        "id": "ci_1",
+        "status": "completed",
+        "container_id": "c1",
+        "code": f"print('{SAID}')",
+        "outputs": None,
+    },
+    "code_interpreter_call logs": {
+        "type": "code_interpreter_call",
+        "id": "ci_1",
+        "status": "completed",
+        "container_id": "c1",
+        "code": "print(1)",
+        "outputs": [{"type": "logs", "logs": SAID}, {"type": "image", "url": "https://a.test/i.png"}],
+    },
+    "shell_call_output stdout": {
+        "type": "shell_call_output",
+        "call_id": "sh_1",
+        "output": [{"stdout": SAID, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+    },
+    "shell_call_output stderr": {
+        "type": "shell_call_output",
+        "call_id": "sh_1",
+        "output": [{"stdout": "", "stderr": SAID, "outcome": {"type": "exit", "exit_code": 1}}],
+    },
+    "shell_call commands": {"type": "shell_call", "call_id": "sh_1", "action": {"commands": [f"echo {WORD}"]}},
+    "local_shell_call command": {
+        "type": "local_shell_call",
+        "id": "ls_1",
+        "call_id": "ls_1",
+        "status": "completed",
+        "action": {"type": "exec", "command": ["echo", SAID], "env": {}},
+    },
+    "local_shell_call env": {
+        "type": "local_shell_call",
+        "id": "ls_1",
+        "call_id": "ls_1",
+        "status": "completed",
+        "action": {"type": "exec", "command": ["env"], "env": {"NOTE": SAID}},
+    },
+    "mcp_approval_request arguments": {
+        "type": "mcp_approval_request",
+        "id": "mcpr_1",
+        "server_label": "s",
+        "name": "read",
+        "arguments": orjson.dumps({"q": SAID}).decode(),
+    },
+    "mcp_call arguments": {
+        "type": "mcp_call",
+        "id": "mcp_1",
+        "server_label": "s",
+        "name": "read",
+        "arguments": orjson.dumps({"q": SAID}).decode(),
+    },
+    "mcp_call output": {"type": "mcp_call", "id": "mcp_1", "server_label": "s", "name": "r", "arguments": "{}"}
+    | {"output": SAID},
+    "mcp_call error": {"type": "mcp_call", "id": "mcp_1", "server_label": "s", "name": "r", "arguments": "{}"}
+    | {"error": {"type": "http_error", "code": 500, "message": SAID}},
+    "output_text annotation title": {
+        **ANSWERED,
+        "content": [
+            {
+                "type": "output_text",
+                "text": "See it.",
+                "annotations": [
+                    {"type": "url_citation", "url": "https://a.test/", "title": SAID, "start_index": 0, "end_index": 3}
+                ],
+            }
+        ],
+    },
+    "an unknown item type": {"type": "x_future_call", "id": "x1", "details": {"notes": [SAID]}},
+    "an unknown item's key": {"type": "x_future_call", "id": "x1", "details": {SAID: None}},
+    "an unknown part type": {**ANSWERED, "content": [{"type": "x_part", "said": SAID}]},
+    "an item with neither type nor role": {"note": SAID},
+    "a message claiming the tool role": {"type": "message", "role": "tool", "content": SAID},
+    "a reasoning item's text": {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": SAID}],
+    },
+}
+
+
+def responses_body(item: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": "g",
+        "input": [{"role": "user", "content": "hi"}, copy.deepcopy(item), {"role": "user", "content": "go"}],
+    }
+
+
+@pytest.mark.parametrize("where", list(RESPONSES_CASES))
+async def test_responses_a_blocked_word_in_any_record_or_unknown_item_is_refused(where: str) -> None:
+    model = ScriptedModel(default=response("never"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+        got = await http.post("/v1/responses", json=responses_body(RESPONSES_CASES[where]))
+    assert got.status_code == 400
+    assert got.json()["error"]["message"] == f"blocked: {WORD}"
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("where", list(RESPONSES_CASES))
+async def test_responses_a_mask_is_written_back_into_the_very_field(where: str) -> None:
+    model = ScriptedModel(default=response("ok"))
+    body = responses_body(RESPONSES_CASES[where])
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Masking()])) as http:
+        got = await http.post("/v1/responses", json=body)
+    assert got.status_code == 200
+    assert model.requests[0].body["input"] == masked(body["input"])
+    assert WORD not in model.requests[0].raw.decode()
+
+
+async def test_a_document_with_its_citations_setting_is_judged_not_refused_as_unreadable() -> None:
+    model = ScriptedModel(default=message("ok"))
+    cited = {**DOCUMENT, "citations": {"enabled": True}}
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+        fine = await http.post("/v1/messages", json=messages_body([cited]))
+        blocked = await http.post("/v1/messages", json=messages_body([{**cited, "title": SAID}]))
+    assert fine.status_code == 200 and blocked.status_code == 400
+    assert len(model.requests) == 1
+
+
+async def test_chat_a_blocked_word_in_an_unknown_part_is_refused() -> None:
+    model = ScriptedModel(default=chat_completion("never"))
+    body = {"model": "g", "messages": [{"role": "user", "content": [{"type": "x_part", "x": {"said": SAID}}]}]}
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+        got = await http.post("/v1/chat/completions", json=body)
+    assert got.status_code == 400 and got.json()["error"]["message"] == f"blocked: {WORD}"
+    assert model.requests == []
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "role": "system"}
+        | {"action": {"type": "search", "query": SAID}},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "role": "tool"}
+        | {"action": {"type": "search", "query": SAID}},
+        {"type": "x_future_call", "role": "tool", "said": SAID},
+        {"type": "x_future_call", "role": "system", "said": SAID},
+    ],
+    ids=["web_search_call as system", "web_search_call as tool", "unknown item as tool", "unknown item as system"],
+)
+async def test_responses_an_item_claiming_a_role_is_not_skipped_with_system_or_tool_messages(
+    item: dict[str, Any],
+) -> None:
+    model = ScriptedModel(default=response("ok"))
+    app = AgenticLoopMiddleware(model, hooks=[WordBlock(skip_system=True, skip_tool=True)])
+    async with http_client(app) as http:
+        got = await http.post("/v1/responses", json=responses_body(item))
+        assert got.status_code == 400 and model.requests == []
+        # the skip settings still leave real system messages and tool outputs out, as LiteLLM does
+        skipped = [
+            {"role": "system", "content": SAID},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": SAID},
+            {"type": "shell_call_output", "call_id": "s1", "output": [{"stdout": SAID, "stderr": ""}]},
+            {"role": "user", "content": "hi"},
+        ]
+        got = await http.post("/v1/responses", json={"model": "g", "input": skipped})
+    assert got.status_code == 200 and len(model.requests) == 1
+
+
+async def test_a_mask_that_would_merge_two_keys_is_refused_not_half_written() -> None:
+    model = ScriptedModel(default=message("never"))
+    call = {"type": "mcp_tool_use", "id": "m1", "name": "read", "server_name": "s", "input": {SAID: 1}}
+    call["input"]["the masked is here"] = 2
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Masking()])) as http:
+        got = await http.post("/v1/messages", json=messages_body([call]))
+    assert got.status_code == 400 and "merge two keys" in got.json()["error"]["message"]
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("route", ["/v1/messages", "/v1/responses"])
+async def test_an_unknown_block_nested_too_deep_to_walk_is_refused_in_the_routes_shape(route: str) -> None:
+    nested: Any = SAID
+    for _ in range(100):
+        nested = [nested]
+    model = ScriptedModel(default=message("never"))
+    block = {"type": "x_future", "deep": nested}
+    body = messages_body([block]) if route == "/v1/messages" else responses_body(block)
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+        got = await http.post(route, json=body)
+    assert got.status_code == 400
+    error = got.json()["error"]
+    assert "nested deeper than" in error["message"] and "the guardrails cannot read it" in error["message"]
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("route", ["/v1/messages", "/v1/responses", "/v1/chat/completions"])
+async def test_a_block_whose_type_is_not_a_string_is_refused_in_the_routes_shape(route: str) -> None:
+    model = ScriptedModel(default=message("never"))
+    block = {"type": [SAID], "text": "hi"}
+    if route == "/v1/messages":
+        body = messages_body([block])
+    elif route == "/v1/responses":
+        body = responses_body(block)
+    else:
+        body = {"model": "g", "messages": [{"role": "user", "content": [block]}]}
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+        got = await http.post(route, json=body)
+    assert got.status_code == 400
+    assert got.json()["error"]["message"] == "the request holds a type that is list: the guardrails cannot read it"
+    assert model.requests == []
