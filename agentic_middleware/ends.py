@@ -33,6 +33,7 @@ from .settings import Settings, loop_limit
 from .store import CallerState, KeyValueStore
 from .stream import EventStream
 from .surfaces import Surface
+from .watched import Stamp
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -131,6 +132,7 @@ class RequestEnds:
     executed: tuple[Rerun, ...]  # a tuple: an empty list is an object the collector tracks, for the stream's life
     _logging_obj: AgenticLoopLogging | None
     _encoder: BodyEncoder | None
+    stamp: Stamp  # what the hooks did to the history the loop watches (encode.py), from the request's start
     __slots__ = tuple(__annotations__)  # each attribute annotated above, and no `__dict__`
 
     @property
@@ -165,7 +167,7 @@ class RequestEnds:
         """Writes the reruns' bodies, reusing the history's bytes from one rerun to the next; made for the first rerun,
         as most requests make none (a first body a hook changed is written whole: `prepared`)."""
         if self._encoder is None:
-            self._encoder = BodyEncoder(self.surface.messages_field)
+            self._encoder = BodyEncoder(self.surface.messages_field, self.stamp)
         return self._encoder
 
     def watch_client(self) -> None:

@@ -32,6 +32,7 @@ from .settings import loop_limit
 from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
+from .watched import Stamp, watch
 
 # Call ids: unique per process by a random prefix, cheap to make for every request.
 _call_ids = itertools.count(1)
@@ -92,6 +93,11 @@ class AgenticLoop(AskingHooks, Replies):
         self.scope = scope
         self.receive = receive
         self.send = send
+        self.stamp = Stamp()
+        if not checks_only:
+            # Before any hook sees it: whatever a hook takes of the history, and keeps for a later round, is watched,
+            # so that an edit of it in place reaches the reruns, whose bodies reuse the history's bytes (encode.py).
+            watch(body, surface.messages_field, self.stamp)
         self.body = body
         self.request_bytes = raw  # the body as the first call sends it, unless a hook changes it first
         self.dispatch = Dispatcher(
