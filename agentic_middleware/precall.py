@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import HookError, RequestRefused, refusal_of
 from .guardrail_inputs import GuardrailView, skips
 from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, PRE_REQUEST_HOOK
+from .precall_kwargs import BODY_FIELDS, HookKwargs, carried, client_fields, returned
 from .surfaces import canonical
 
 if TYPE_CHECKING:
@@ -32,14 +33,6 @@ if TYPE_CHECKING:
 
 # LiteLLM's `call_type` for each wire format's SDK call.
 CALL_TYPES = {"anthropic_messages": "anthropic_messages", "chat_completions": "acompletion", "responses": "aresponses"}
-
-# The request fields a pre-call hook may change; other changes stay in its kwargs.
-BODY_FIELDS = ("system", "messages", "input", "instructions", "tools", "tool_choice")
-
-# Keys the middleware gives the pre-call hooks that are not request parameters and are not carried on.
-_GIVEN = frozenset(
-    ("stream", "stream_options", "litellm_call_id", "custom_llm_provider", "litellm_logging_obj", "litellm_params")
-)
 
 
 def has_pre_call(hook: BoundHook) -> bool:
@@ -120,13 +113,6 @@ def model_call_details(body: dict[str, Any], provider: str, state: dict[str, Any
     }
 
 
-def _is_identity(name: str) -> bool:
-    """Fields that name the caller in LiteLLM's proxy, or hold what does: only the gateway may set them. LiteLLM's
-    proxy builds `litellm_params` itself (its `metadata` carries the key's `user_api_key_*`); a client's, left in
-    the pre-call kwargs, would be the one a pre-request hook is given on `/v1/messages`, in place of the server's."""
-    return name.startswith("user_api_key") or name in ("litellm_metadata", "litellm_params")
-
-
 def caller_hash(state: Mapping[str, Any]) -> str | None:
     """The caller's key hash: `request.state.user_api_key_hash`, else the `api_key` of its `user_api_key_auth`."""
     value = state.get("user_api_key_hash")
@@ -166,15 +152,16 @@ async def run_pre_call(
     convert tools for it and may turn its stream off)."""
     # Identity is the gateway's to say, never the client's: fields LiteLLM's proxy sets from the caller's key are
     # dropped from what the client sent, and `user_api_key_hash` comes from `request.state` alone (hooks key
-    # per-caller state by it, e.g. session-scoped code sandboxes).
-    kwargs: dict[str, Any] = {name: value for name, value in body.items() if not _is_identity(name)}
-    if isinstance(kwargs.get("metadata"), dict):  # hooks write their records here: not into the body
-        kwargs["metadata"] = {name: value for name, value in kwargs["metadata"].items() if not _is_identity(name)}
+    # per-caller state by it, e.g. session-scoped code sandboxes). It, and every key a hook sets, reaches every
+    # round whatever the client's body holds under the same name (`precall_kwargs`).
+    client = client_fields(body)
+    kwargs = HookKwargs(client)
     if (caller := caller_hash(state)) is not None:
         kwargs["user_api_key_hash"] = caller
     kwargs.update(stream=stream, litellm_call_id=call_id, custom_llm_provider=provider, litellm_logging_obj=logging_obj)
     if stream and stream_options is not None:
         kwargs["stream_options"] = stream_options
+    kwargs.written.clear()  # what the hooks write from here on (the server's own keys are none of the client's)
     call_type = CALL_TYPES.get(api_surface)
     for hook in hooks:
         if is_guardrail(hook) and judges_only(hook):  # its verdict holds, its edits do not (as in LiteLLM)
@@ -182,7 +169,7 @@ async def run_pre_call(
         elif is_guardrail(hook):
             await _guardrail(hook, kwargs, api_surface, logging_obj, call)
     if guardrails_only:
-        return _applied(body, kwargs, stream)
+        return _applied(body, kwargs, stream, client)
     for hook in hooks:
         if hook.methods[DEPLOYMENT_HOOK] is not None:
             result = await _called(call, hook, DEPLOYMENT_HOOK, kwargs=kwargs, call_type=call_type)
@@ -197,7 +184,7 @@ async def run_pre_call(
         kwargs.setdefault("messages", messages)
         if model is not None:
             kwargs.setdefault("model", model)
-    return _applied(body, kwargs, stream)
+    return _applied(body, kwargs, stream, client)
 
 
 async def _called(call: Callable[..., Awaitable[Any]], hook: BoundHook, method: str, **arguments: Any) -> Any:
@@ -212,29 +199,24 @@ async def _called(call: Callable[..., Awaitable[Any]], hook: BoundHook, method: 
         raise RequestRefused(message, status, headers) from error.__cause__
 
 
-def _kwargs_of(hook: BoundHook, method: str, result: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _kwargs_of(hook: BoundHook, method: str, result: Any, kwargs: HookKwargs) -> HookKwargs:
     """LiteLLM keeps the kwargs a hook edited in place when it returns None, and takes a returned dict."""
     if result is None:
         return kwargs
     if not isinstance(result, dict):
         raise HookError(hook.name, method, f"returned {type(result).__name__}, not a kwargs dict")
-    return result
+    return returned(result, kwargs)
 
 
-def _applied(body: dict[str, Any], kwargs: dict[str, Any], stream: bool) -> PreCall:
+def _applied(body: dict[str, Any], kwargs: HookKwargs, stream: bool, client: dict[str, Any]) -> PreCall:
     new_body = dict(body)
     for name in BODY_FIELDS:
         if name in kwargs and kwargs[name] is not None:
             new_body[name] = kwargs[name]
         elif name in body:
             del new_body[name]
-    carried = {
-        name: value
-        for name, value in kwargs.items()
-        if name not in body and name not in _GIVEN and name not in BODY_FIELDS and name not in ("model", "messages")
-    }
     # A hook may turn a stream off (LiteLLM then answers with a stream made from the whole answer), never on.
-    return PreCall(new_body, stream and kwargs.get("stream") is not False, carried)
+    return PreCall(new_body, stream and kwargs.get("stream") is not False, carried(kwargs, client))
 
 
 async def _guardrail(

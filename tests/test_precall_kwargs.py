@@ -1,0 +1,106 @@
+"""The pre-call kwargs against a client's body: the keys the server and the hooks set reach every round, whatever
+fields of the same names the client sends; a client's fields never stand in for them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from support import Route, ToolHook
+
+from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.testing import ScriptedModel, chat_completion, tool_call
+
+MESSAGES, CHAT = Route("messages"), Route("chat")
+
+
+class SetsKeys(ToolHook):
+    """Sets keys the way LiteLLM's hooks do, in place (item by item) or in a new dict it returns."""
+
+    def __init__(self, returns_new: bool) -> None:
+        super().__init__()
+        self.returns_new = returns_new
+
+    async def async_pre_call_deployment_hook(self, kwargs: dict[str, Any], call_type: Any) -> dict[str, Any] | None:
+        keys = {"_sandbox_key": f"{kwargs.get('user_api_key_hash')}:s1", "_active": True}
+        if self.returns_new:  # as LiteLLM's `as_converted_stream` does
+            return {**kwargs, **keys}
+        for name, value in keys.items():
+            kwargs[name] = value
+        kwargs["flag"] = True  # a name with no leading `_`, set to Python's one True
+        return None
+
+
+def as_caller(app: Any) -> Any:
+    async def gateway(scope: Any, receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})["user_api_key_hash"] = "hash-of-caller-a"
+        await app(scope, receive, send)
+
+    return gateway
+
+
+@pytest.mark.parametrize("returns_new", [False, True], ids=["in place", "new dict"])
+@pytest.mark.parametrize("route", [MESSAGES, CHAT], ids=str)
+async def test_the_servers_and_hooks_keys_reach_every_round_whatever_the_client_sends(
+    route: Route, returns_new: bool
+) -> None:
+    hook = SetsKeys(returns_new)
+    model = ScriptedModel(route.calls(("lookup", {"q": 1})), route.text("done"))
+    forged = {"user_api_key_hash": "hash-of-victim", "_sandbox_key": "victim:s1", "_active": False, "flag": True}
+    body = route.request("hi", **forged, note="the client's")
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=as_caller(AgenticLoopMiddleware(model, hooks=[hook]))), base_url="http://g"
+    ) as client:
+        assert (await client.post(route.path, json=body)).status_code == 200
+
+    assert len(hook.gates) == 2
+    for gate in hook.gates:
+        kwargs = gate["kwargs"]
+        assert kwargs["user_api_key_hash"] == "hash-of-caller-a"
+        assert (kwargs["_sandbox_key"], kwargs["_active"]) == ("hash-of-caller-a:s1", True)
+        assert kwargs.get("flag") is (None if returns_new else True)  # set in place: the hook's, though equal
+        assert "note" not in kwargs  # a client field reaches no round
+
+
+def coding_model() -> ScriptedModel:
+    def reply(request: Any) -> Any:
+        if request.body["messages"][-1]["role"] == "tool":
+            return chat_completion("done")
+        return chat_completion(tool_calls=[tool_call("litellm_code_execution", {"code": "print(42)"})])
+
+    return ScriptedModel(default=reply)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [{"_code_interpreter_interception_sandbox_key": "x"}, {"user_api_key_hash": "x"}],
+    ids=["sandbox key", "identity"],
+)
+async def test_litellms_code_interpreter_keeps_its_sandbox_per_caller_whatever_the_client_sends(
+    forged: dict[str, str],
+) -> None:
+    """The session's sandbox is made once, filed under the caller's identity and reused: a client field named like
+    the hook's sandbox key made every request's sandbox without one (never deleted), one named like the identity
+    filed the session under no caller (past LiteLLM's cap of sandboxes per identity)."""
+    from litellm.integrations.code_interpreter_interception.handler import CodeInterpreterInterceptionLogger
+    from test_litellm_hooks import CODE_TOOL, Sandbox
+
+    box = Sandbox()
+    hook = CodeInterpreterInterceptionLogger(sandbox_config=box)
+    app = as_caller(AgenticLoopMiddleware(coding_model(), hooks=[hook]))
+    body = {
+        "model": "gpt-x",
+        "messages": [{"role": "user", "content": "run"}],
+        "tools": [CODE_TOOL],
+        "metadata": {"session_id": "s1"},
+        **forged,
+    }
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g") as client:
+        for _ in range(3):
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+
+    assert box.created == ["box-0"]  # one sandbox for the session, reused
+    assert {key: entry[3] for key, entry in hook._container_cache.items()} == {
+        "hash-of-caller-a:s1": "hash-of-caller-a"
+    }
