@@ -31,13 +31,16 @@ from typing import Any
 
 import orjson
 
+from .guardrail_texts import extra_slots
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
-from .guardrail_walk import Slot
+from .guardrail_walk import Slot, check_depth, unreadable
 from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
 _TEXT_FIELDS = ("system", "messages", "input", "instructions")
+# The request fields that hold texts the model reads besides the messages (guardrail_texts.extra_slots).
+_SCHEMA_FIELDS = ("response_format", "text", "prompt", "output_format")
 
 
 def skips(guardrail: object) -> tuple[bool, bool]:
@@ -61,7 +64,12 @@ class GuardrailView:
         self.skip_system = skip_system
         self.skip_tool = skip_tool
         self.system_entry: dict[str, Any] | None = None  # on Messages: `system`, as the entry leading the messages
-        self.slots = list(_slots(request_data, api_surface, skip_system, skip_tool))
+        for name in _TEXT_FIELDS + _SCHEMA_FIELDS:  # before any walk or copy: a deep one would exhaust the stack
+            check_depth(request_data.get(name))
+        self.slots = [
+            *_slots(request_data, api_surface, skip_system, skip_tool),
+            *extra_slots(request_data, api_surface),
+        ]
         self.texts: list[str] = [holder[key] for holder, key in self.slots]
         self.tool_calls: list[Any] = [_as_tool_call(call, api_surface) for call in _calls(request_data, api_surface)]
         self.images: list[str] = list(_images(request_data, api_surface, skip_tool))
@@ -135,10 +143,13 @@ class GuardrailView:
     def write_texts(self, returned: list[str]) -> None:
         """Each returned text where its original came from (on copies: the client's body stays as it was)."""
         data = self.request_data
-        for name in _TEXT_FIELDS:
+        for name in _TEXT_FIELDS + _SCHEMA_FIELDS:
             if isinstance(data.get(name), list | dict):
                 data[name] = copy.deepcopy(data[name])
-        slots = list(_slots(data, self.api_surface, self.skip_system, self.skip_tool))
+        slots = [
+            *_slots(data, self.api_surface, self.skip_system, self.skip_tool),
+            *extra_slots(data, self.api_surface),
+        ]
         for (holder, key), text in zip(slots, returned, strict=True):
             holder[key] = text
 
@@ -188,6 +199,10 @@ def _call_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
         items = data.get("input")
         for index, item in enumerate(items if isinstance(items, list) else ()):
             if isinstance(item, dict) and item.get("type") in _RESPONSES_CALLS:
+                field = _RESPONSES_CALLS[item["type"]]
+                value = item.get(field)
+                if value is not None and not isinstance(value, str):  # the API's own form, as for Chat
+                    raise unreadable(f"a {item['type']}'s {field} that is {type(value).__name__}, not a string")
                 yield items, index
         return
     messages = data.get("messages")
@@ -198,14 +213,37 @@ def _call_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
             content = message.get("content")
             for index, block in enumerate(content if isinstance(content, list) else ()):
                 if isinstance(block, dict) and block.get("type") == "tool_use":
+                    if block.get("input") is not None and not isinstance(block["input"], dict):
+                        raise unreadable(f"a tool_use input that is {type(block['input']).__name__}, not an object")
                     yield content, index
             continue
         calls = message.get("tool_calls")
-        for index, call in enumerate(calls if isinstance(calls, list) else ()):
-            if isinstance(call, dict):
-                yield calls, index
-        if isinstance(message.get("function_call"), dict):  # the deprecated single call, which LiteLLM skips
+        if calls is not None and not isinstance(calls, list):
+            raise unreadable(f"tool_calls that are {type(calls).__name__}")
+        for index, call in enumerate(calls or ()):
+            if not isinstance(call, dict):
+                raise unreadable(f"a tool call that is {type(call).__name__}")
+            _chat_arguments(call.get("function"))
+            custom = call.get("custom")
+            if custom is not None and not (isinstance(custom, dict) and isinstance(custom.get("input", ""), str)):
+                raise unreadable("a custom tool call whose input is not a string")
+            yield calls, index
+        legacy = message.get("function_call")  # the deprecated single call, which LiteLLM skips
+        if legacy is not None and not isinstance(legacy, dict):
+            raise unreadable(f"a function_call that is {type(legacy).__name__}")
+        if legacy is not None:
+            _chat_arguments(legacy)
             yield message, "function_call"
+
+
+def _chat_arguments(function: Any) -> None:
+    """A Chat call's `arguments` must be a string (the API's own form, and the only one LiteLLM's content filter
+    reads): an object or any other value would reach a lenient app unjudged by such a guardrail, so it is refused."""
+    if function is not None and not isinstance(function, dict):
+        raise unreadable(f"a tool call's function that is {type(function).__name__}")
+    arguments = function.get("arguments") if function is not None else None
+    if arguments is not None and not isinstance(arguments, str):
+        raise unreadable(f"a tool call's arguments that are {type(arguments).__name__}, not a string")
 
 
 # A Responses call item's field that holds what it was called with.

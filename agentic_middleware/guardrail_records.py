@@ -9,8 +9,9 @@ command and environment, `mcp_list_tools`, `mcp_approval_request` / `_response`,
 
 Each is walked by `guardrail_walk.strings`: every string but its ids, so a field the API adds later is given too.
 What is left out is what no guardrail can read as words: a code result's `encrypted_stdout` (Anthropic's, which
-only Anthropic decrypts), an image generation's `result` and a computer call's screenshot (images, base64), a
-compaction's `encrypted_content` (OpenAI's).
+only Anthropic decrypts) and a compaction's `encrypted_content` (OpenAI's). An image generation's `result` and a
+computer call's screenshot are left out only where they hold an image (a data URL, or base64 of an image's bytes):
+other strings there are given.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .guardrail_walk import Slot, string_slot, strings, unreadable
+from .guardrail_walk import Slot, image_slots, string_slot, strings, unreadable
 
 _NONE: frozenset[str] = frozenset()
 
@@ -43,14 +44,18 @@ RESPONSES_RECORDS: dict[str, frozenset[str]] = {
     "shell_call_output": _NONE,
     "apply_patch_call": _NONE,
     "computer_call": _NONE,
-    "computer_call_output": frozenset(("output",)),  # a screenshot: an image
-    "image_generation_call": frozenset(("result",)),  # the image, base64
+    "computer_call_output": _NONE,  # its `output` is a screenshot: _IMAGES
+    "image_generation_call": _NONE,  # its `result` is the image, base64: _IMAGES
     "mcp_list_tools": _NONE,
     "mcp_approval_request": _NONE,
     "mcp_approval_response": _NONE,
     "compaction": frozenset(("encrypted_content",)),
     "item_reference": _NONE,
 }
+
+
+# Responses items with a field the API fills with an image: given but for the strings that are images.
+_IMAGES = {"computer_call_output": "output", "image_generation_call": "result"}
 
 
 def messages_record_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
@@ -75,7 +80,12 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
             if output.get("type") != "image":
                 yield from strings(output)
         return
-    yield from strings(item, RESPONSES_RECORDS[kind])
+    image = _IMAGES.get(kind)
+    if image is None:
+        yield from strings(item, RESPONSES_RECORDS[kind])
+        return
+    yield from strings(item, RESPONSES_RECORDS[kind] | {image})
+    yield from image_slots(item, image)
 
 
 def mcp_call_slots(item: dict[str, Any]) -> Iterator[Slot]:

@@ -23,7 +23,7 @@ from .guardrail_records import (
     messages_record_slots,
     responses_record_slots,
 )
-from .guardrail_walk import Slot, string_slot, strings, unknown_slots, unreadable
+from .guardrail_walk import Slot, every_string, string_slot, strings, unknown_slots, unreadable
 
 # Parts whose words are a `text` (or a refusal's `refusal`), on any route.
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text", "summary_text", "reasoning_text", "refusal"))
@@ -98,6 +98,47 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
                 yield from _block_slots(block, skip_tool)
             else:
                 yield from _part_slots(block)
+
+
+def extra_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
+    """The texts the model reads outside the messages, after theirs: a structured output's JSON schema (Chat's
+    `response_format`, Responses' `text.format`, Messages' `output_format`: its name, description and every key
+    and string of the schema, where a property's name and description tell the model what to write), and on
+    Responses a stored prompt's `variables` (strings, or parts: the prompt's words, filled in)."""
+    if api_surface == "chat_completions":
+        fmt = _object(data, "response_format")
+        yield from _schema_slots(_object(fmt, "json_schema") if fmt is not None else None)
+    elif api_surface == "anthropic_messages":
+        yield from _schema_slots(_object(data, "output_format"))
+    else:
+        text = _object(data, "text")
+        yield from _schema_slots(_object(text, "format") if text is not None else None)
+        prompt = _object(data, "prompt")
+        variables = _object(prompt, "variables") if prompt is not None else None
+        for name, value in list((variables or {}).items()):
+            if isinstance(value, str):
+                yield variables, name
+            elif isinstance(value, dict):
+                yield from _part_slots(value)
+            elif value is not None:
+                raise unreadable(f"a prompt variable that is {type(value).__name__}")
+
+
+def _object(holder: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = holder.get(key)
+    if value is None or isinstance(value, dict):
+        return value
+    raise unreadable(f"a {key} that is {type(value).__name__}")
+
+
+def _schema_slots(schema_format: dict[str, Any] | None) -> Iterator[Slot]:
+    if schema_format is None:
+        return
+    yield from string_slot(schema_format, "name")
+    yield from string_slot(schema_format, "description")
+    schema = schema_format.get("schema")
+    if schema is not None:
+        yield from every_string(schema, 1)
 
 
 def _block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:

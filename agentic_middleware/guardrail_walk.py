@@ -14,6 +14,8 @@ from; a key's slot (`KeyOf`) renames the key in place, keeping the object's orde
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +55,22 @@ def unreadable(what: str) -> RequestRefused:
     return RequestRefused(f"the request holds {what}: the guardrails cannot read it")
 
 
+def check_depth(value: Any) -> None:
+    """Refuses a value nested deeper than `MAX_DEPTH` levels below its messages, found without recursion: read
+    before anything walks or copies it, a request nested a few hundred levels would exhaust Python's stack in a
+    reader, a copy or the guardrail itself (a 500 blamed on the guardrail) rather than be refused."""
+    limit = MAX_DEPTH + 2  # the messages' list and a message are the levels above a message's content
+    stack = [(value, 0)]
+    while stack:
+        inner, depth = stack.pop()
+        if depth > limit:
+            raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
+        if isinstance(inner, dict):
+            stack.extend((item, depth + 1) for item in inner.values() if isinstance(item, dict | list))
+        elif isinstance(inner, list):
+            stack.extend((item, depth + 1) for item in inner if isinstance(item, dict | list))
+
+
 def string_slot(holder: dict[str, Any], key: str) -> Iterator[Slot]:
     """A field that must be a string when present: its slot, or a refusal when it is anything else."""
     value = holder.get(key)
@@ -84,9 +102,13 @@ class KeyOf:
         self.holder.update((text if name == key else name, value) for name, value in entries)
 
 
-def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0) -> Iterator[Slot]:
+def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0, own: bool = True) -> Iterator[Slot]:
     """Every string value in a known record (its ids and the `skipped` fields left out), its free-form JSON fields
-    given whole, keys and all."""
+    given whole, keys and all.
+
+    Ids, types, roles and the `skipped` fields are left out at the record's own level only (`own`: the record, or
+    each record of a list of them): the API fixes them there. Deeper, where the API puts no such field, a
+    `"status"` or a `"type"` is a string like any other, and given."""
     if depth > MAX_DEPTH:
         raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
@@ -94,19 +116,44 @@ def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0) -
             if isinstance(inner, str):
                 yield value, index
             else:
-                yield from strings(inner, skipped, depth + 1)
+                yield from strings(inner, skipped, depth + 1, own)
         return
     if not isinstance(value, dict):
         return
     for key, inner in list(value.items()):
-        if key in HARMLESS or key in skipped:
+        if own and (key in HARMLESS or key in skipped):
             continue
         if isinstance(inner, str):
             yield value, key
         elif key in FREE_FORM:
             yield from every_string(inner, depth + 1)
         else:
-            yield from strings(inner, skipped, depth + 1)
+            yield from strings(inner, skipped, depth + 1, False)
+
+
+def is_image(text: str) -> bool:
+    """Whether a string is an image and not words: an image data URL, or base64 whose bytes open as an image does
+    (PNG, JPEG, GIF, WebP). A field the API fills with an image may hold anything a client writes there."""
+    if text.startswith("data:image/"):
+        return True
+    try:
+        head = base64.b64decode(text[:16], validate=True)
+    except (ValueError, binascii.Error):
+        return False
+    return head.startswith((b"\x89PNG", b"\xff\xd8\xff", b"GIF8")) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+
+
+def image_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
+    """A field the API fills with an image (a base64 string, or an object holding one): its strings that are not
+    images (`is_image`) are given, so that words written where an image belongs are judged."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        if not is_image(value):
+            yield holder, key
+        return
+    for slot in strings(value, depth=1):
+        if not is_image(slot[0][slot[1]]):
+            yield slot
 
 
 def every_string(value: Any, depth: int = 0) -> Iterator[Slot]:

@@ -208,8 +208,16 @@ def _kwargs_of(hook: BoundHook, method: str, result: Any, kwargs: HookKwargs) ->
     return returned(result, kwargs)
 
 
+# Request fields a guardrail's mask may be written into besides BODY_FIELDS (structured output schemas, a stored
+# prompt's variables: guardrail_texts.extra_slots); a field a hook replaced is taken, one it dropped is kept.
+_MASKED_FIELDS = ("response_format", "text", "prompt", "output_format")
+
+
 def _applied(body: dict[str, Any], kwargs: HookKwargs, stream: bool, client: dict[str, Any]) -> PreCall:
     new_body = dict(body)
+    for name in _MASKED_FIELDS:
+        if name in body and isinstance(kwargs.get(name), dict) and kwargs[name] is not body[name]:
+            new_body[name] = kwargs[name]
     for name in BODY_FIELDS:
         if name in kwargs and kwargs[name] is not None:
             new_body[name] = kwargs[name]
