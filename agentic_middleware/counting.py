@@ -25,6 +25,7 @@ from .ends import REQUEST_HOOK, has_internal_fields, is_internal_field, without_
 from .errors import HookError, RequestRefused
 from .followups import resume_beside
 from .hooks import AgenticLoopLogging, BoundHook
+from .payload import MAX_DEPTH, too_deep
 from .policy import ToolPolicy, client_own, scoped
 from .precall import model_call_details
 from .surfaces import Surface
@@ -71,6 +72,10 @@ async def count(
         if len(raw) > max_body_bytes or not complete:
             logger.warning("count request over max_body_bytes=%d: counted without the server's tools", max_body_bytes)
         await app(scope, replay(raw, receive, more_body=not complete), send)
+        return
+    if too_deep(raw, body):  # the tool hooks' body is written again: refused as on the route
+        message = f"the request body is nested more than {MAX_DEPTH} levels deep"
+        await send_json(send, 400, surface.error_body(400, message, "invalid_request"))
         return
     body = {name: value for name, value in body.items() if not is_internal_field(name)}
     resumed = None
@@ -133,6 +138,8 @@ async def _declared(
             raise HookError(hook.name, REQUEST_HOOK, f"timed out after hook_timeout={timeout:g} s") from None
         if isinstance(changed, dict):
             body = changed
+        elif changed is not None:  # as on the route (`RequestEnds.prepared`): never a count silently short
+            raise HookError(hook.name, REQUEST_HOOK, f"returned {type(changed).__name__}, not a request body")
     # As `RequestEnds.on_the_wire` does for a model call: fields only trusted code may set are not counted (nor
     # sent), whether a hook returned them or added them in place to the body it was given.
     return without_internal_fields(body) if has_internal_fields(body) else body

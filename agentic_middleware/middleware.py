@@ -23,7 +23,7 @@ from .lifespan import HookLifecycle
 from .loop import AgenticLoop
 from .loop_setup import LoopSetup
 from .observe import Observer, RoundCallback
-from .payload import own_size
+from .payload import MAX_DEPTH, own_size, too_deep
 from .policy import PolicyFunction, ToolPolicy, policy_of
 from .precall import has_pre_call
 from .routes import warn_uncovered
@@ -220,6 +220,10 @@ class AgenticLoopMiddleware:
             takes_part = bool(self.hooks) and (not streaming or mode is not None) and not compact
             # A stream that passes by the loop is still judged by the guardrails: they judge the request.
             checks_only = not takes_part and bool(self.setup.guardrail_hooks)
+            if (takes_part or checks_only) and too_deep(raw, body):  # the hooks' bodies are written again
+                message = f"the request body is nested more than {MAX_DEPTH} levels deep"
+                await _refuse(send, surface, 400, message, "invalid_request")
+                return None
             stream_options = relay = policy = None
             if takes_part or checks_only:
                 if takes_part and self.settings.tool_policy is not None:

@@ -102,6 +102,24 @@ def parse_object(raw: bytes) -> JSONObject | None:
     return wrap(value) if type(value) is dict else None
 
 
+MAX_DEPTH = 254
+"""How deep a request body may nest (objects and arrays) for the hooks to take part: orjson reads 1024 levels but
+writes 254, and a body the hooks see is written again (to the app, to a guardrail's copy, as a tool's bytes)."""
+
+
+def too_deep(raw: bytes, body: Any) -> bool:
+    """Whether `body`, parsed from `raw`, nests deeper than `MAX_DEPTH`: asked once of every request the hooks take
+    part in. A body with fewer opening brackets than that cannot (two counts, in C); only one with more is written
+    once to tell, which only its depth can make fail (orjson read it, so it holds nothing else JSON cannot write)."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    try:
+        orjson.dumps(body)
+    except TypeError:  # orjson's JSONEncodeError: "Recursion limit reached"
+        return True
+    return False
+
+
 def own_size(raw: bytes) -> bytes:
     """`raw` in an allocation of its own size, for bytes kept while a stream lasts: orjson's output keeps the whole
     buffer it was written into, at least 4 KB however short the JSON (measured: 4 KB of resident memory for each

@@ -17,14 +17,13 @@ LiteLLM is not imported: its call types are plain strings, which compare equal t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import HookError, RequestRefused, refusal_of
 from .guardrail_inputs import GuardrailView, skips
 from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, PRE_REQUEST_HOOK
-from .precall_kwargs import BODY_FIELDS, HookKwargs, carried, client_fields, returned
+from .precall_kwargs import BODY_FIELDS, HookKwargs, carried, client_fields, copied, returned
 from .surfaces import canonical
 
 if TYPE_CHECKING:
@@ -48,42 +47,59 @@ def is_guardrail(hook: BoundHook) -> bool:
 
 
 def _wants_pre_call(event_hook: Any) -> bool:
-    """LiteLLM's `event_hook`: None (every event), one event, or a list; a tag-based `Mode` counts as yes.
+    """LiteLLM's `event_hook`: None (every event), one event, a list, or a tag-based `Mode` (`_events`).
 
     `during_call` counts as `pre_call`: LiteLLM runs such a guardrail on the request while the model is called, and
     its refusal replaces the answer; here it judges the same request before the call, so its verdict holds (the
     model is not even called). Left out it would never run, and the request it should block would pass."""
-    if event_hook is None:
-        return True
-    if isinstance(event_hook, list | tuple):
-        return any(_event_name(item) in _REQUEST_EVENTS for item in event_hook)
-    name = _event_name(event_hook)
-    return name in _REQUEST_EVENTS if isinstance(name, str) else True
+    events = _events(event_hook)
+    return events is None or any(event in _REQUEST_EVENTS for event in events)
 
 
 # LiteLLM's events on which a guardrail judges the client's request.
 _REQUEST_EVENTS = ("pre_call", "during_call")
 
 
+def _events(event_hook: Any) -> list[Any] | None:
+    """The events a guardrail runs on here, by their names; None for every event (no `event_hook`).
+
+    A tag-based `Mode` (LiteLLM's `tags` and `default`, read by their attributes) is read as LiteLLM reads it for a
+    request that matches none of its tags, since no tag is read here: its `default`; without one, every event any
+    tag names (LiteLLM then runs it on each of them). One that is none of these (an unknown object) counts as every
+    event: a guardrail mounted is asked to judge, not left out."""
+    if event_hook is None:
+        return None
+    if isinstance(event_hook, list | tuple):
+        return [_event_name(event) for event in event_hook]
+    if hasattr(event_hook, "tags") and hasattr(event_hook, "default"):
+        default = event_hook.default
+        if default:
+            return [_event_name(event) for event in (default if isinstance(default, list | tuple) else [default])]
+        tags = event_hook.tags if isinstance(event_hook.tags, dict) else {}
+        return [
+            _event_name(event)
+            for value in tags.values()
+            for event in (value if isinstance(value, list | tuple) else [value])
+        ]
+    name = _event_name(event_hook)
+    return [name] if isinstance(name, str) else None
+
+
 def judges_only(hook: BoundHook) -> bool:
     """A `during_call` guardrail (not also `pre_call`): LiteLLM runs it beside the model call, so it may refuse the
     request but what it changes never reaches the model; here its changes are made to a copy."""
-    event_hook = getattr(hook.hook, "event_hook", None)
-    events = event_hook if isinstance(event_hook, list | tuple) else [event_hook]
-    names = [_event_name(event) for event in events]
-    return "during_call" in names and "pre_call" not in names
+    events = _events(getattr(hook.hook, "event_hook", None)) or ()
+    return "during_call" in events and "pre_call" not in events
 
 
 def _copy_of(kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` copied all the way down, so that nothing a guardrail changes in place reaches the request: not only
     the fields a guardrail's result is written into, since every other field's objects (`metadata`, `thinking`,
     `response_format`...) are the request's own and are written into the body the app is sent. The logging object
-    is the request's, shared as every hook shares it."""
-    logging_obj = kwargs.get("litellm_logging_obj")
-    copied = copy.deepcopy({name: value for name, value in kwargs.items() if name != "litellm_logging_obj"})
-    if "litellm_logging_obj" in kwargs:
-        copied["litellm_logging_obj"] = logging_obj
-    return copied
+    is the request's, shared as every hook shares it, and so is any object that cannot be copied (a lock in a
+    context an earlier guardrail keeps in the request): the request is judged, not failed."""
+    memo: dict[int, Any] = {}
+    return {name: value if name == "litellm_logging_obj" else copied(value, memo) for name, value in kwargs.items()}
 
 
 def idle_guardrail(hook: BoundHook) -> Any:
@@ -238,6 +254,7 @@ async def _guardrail(
     the structured messages or the texts it returns, and its tools, are written back into `request_data`."""
     view = GuardrailView(request_data, api_surface, *skips(hook.hook))
     tools = request_data.get("tools")
+    own = [tool for tool in tools if _converted(tool)] if isinstance(tools, list) else []  # before it can edit them
     chat_tools = _chat_tools(tools, api_surface)
     given_tools = list(map(canonical, chat_tools))  # what it was given, to tell its edits (in place too) from a copy
     inputs: dict[str, Any] = {"texts": view.texts, "structured_messages": view.messages}
@@ -281,7 +298,7 @@ async def _guardrail(
     # function tool has no place for, and a client's own tool would become one the policy may refuse).
     returned_tools = result.get("tools", chat_tools)
     if isinstance(returned_tools, list) and list(map(canonical, returned_tools)) != given_tools:
-        request_data["tools"] = _route_tools(returned_tools, tools, given_tools, api_surface)
+        request_data["tools"] = _route_tools(returned_tools, request_data.get("tools"), own, given_tools, api_surface)
 
 
 def _chat_tools(tools: Any, api_surface: str) -> list[Any]:
@@ -305,20 +322,29 @@ def _chat_tools(tools: Any, api_surface: str) -> list[Any]:
 
 
 def _converted(tool: Any) -> bool:
-    """Whether a Messages tool is one guardrails are given as an OpenAI function tool (a custom tool)."""
-    return isinstance(tool, dict) and "input_schema" in tool and tool.get("type") in (None, "custom")
+    """Whether a Messages tool is one guardrails are given as an OpenAI function tool (a custom tool with a name; one
+    without is kept as sent, for the app to answer as it would without a guardrail)."""
+    return (
+        isinstance(tool, dict)
+        and "input_schema" in tool
+        and tool.get("type") in (None, "custom")
+        and isinstance(tool.get("name"), str)
+    )
 
 
-def _route_tools(returned: list[Any], original: Any, given_tools: list[bytes], api_surface: str) -> list[Any]:
-    """A guardrail's returned tools in the route's own shape; provider-native tools it never saw are kept. A function
-    tool it gave back as it was given (`given_tools`: their JSON) is the request's own declaration, unchanged (its
-    `cache_control`, `type` and the like kept), not one converted back."""
+def _route_tools(
+    returned: list[Any], current: Any, own: list[Any], given_tools: list[bytes], api_surface: str
+) -> list[Any]:
+    """A guardrail's returned tools in the route's own shape; provider-native tools it never saw are kept (as it left
+    the request's list, `current`). A function tool it gave back as it was given (`given_tools`: their JSON) is the
+    request's own declaration (`own`, the custom tools as they stood before it ran, so that one it added in place
+    pairs with nothing), unchanged (its `cache_control`, `type` and the like kept), not one converted back."""
     if api_surface != "anthropic_messages":
         return returned
-    native = [tool for tool in original or () if not _converted(tool)]
+    native = [tool for tool in current if not _converted(tool)] if isinstance(current, list) else []
     given: dict[bytes, list[Any]] = {}  # in order: two declarations that convert alike are each given back once
-    for key, own in zip(given_tools, [tool for tool in original or () if _converted(tool)], strict=True):
-        given.setdefault(key, []).append(own)
+    for key, declaration in zip(given_tools, own, strict=True):
+        given.setdefault(key, []).append(declaration)
     converted = []
     for tool in returned:
         if owns := given.get(canonical(tool)):

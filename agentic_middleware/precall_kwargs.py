@@ -11,8 +11,11 @@ returns instead, each name whose value is not the very object it was given.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import orjson
 
 # The request fields a pre-call hook may change; other changes stay in its kwargs.
 BODY_FIELDS = ("system", "messages", "input", "instructions", "tools", "tool_choice")
@@ -61,17 +64,32 @@ def is_identity(name: str) -> bool:
 
 
 def _never_given(name: str) -> bool:
-    """A client field the hooks are not given (it still reaches the app in the body): one naming the caller, and one
-    with a leading `_`, the names hooks keep their own keys under (LiteLLM's `_websearch_interception_*`,
-    `_code_interpreter_interception_*`...), never a request parameter of these APIs."""
-    return is_identity(name) or name.startswith("_")
+    """A client field the hooks are not given (it still reaches the app in the body): one naming the caller; one with
+    a leading `_`, the names hooks keep their own keys under (LiteLLM's `_websearch_interception_*`,
+    `_code_interpreter_interception_*`...), never a request parameter of these APIs; and `scope`, which the loop
+    gives every round's hooks as the ASGI scope (whose `state` holds the caller)."""
+    return is_identity(name) or name.startswith("_") or name == "scope"
 
 
 def client_fields(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The client's fields as the pre-call hooks get them: without those `_never_given` names; `metadata` a copy
-    without `user_api_key_*` keys, so that a hook's records stay out of the body."""
-    fields = {name: value for name, value in body.items() if not _never_given(name)}
+    """The client's fields as the pre-call hooks get them: without those `_never_given` names. The fields whose
+    changes are applied (`BODY_FIELDS`) are the body's own; the others are deep copies, since what a hook changes of
+    them stays in its kwargs, however deep (`thinking`, `response_format`, its records in `metadata`). `metadata`
+    is without `user_api_key_*` keys, sent as text too: a JSON object in a string is given decoded, as LiteLLM's proxy
+    decodes it (a client that can only send text, through a form or `extra_body`) before dropping those keys."""
+    memo: dict[int, Any] = {}
+    fields = {
+        name: value if name in BODY_FIELDS else copied(value, memo)
+        for name, value in body.items()
+        if not _never_given(name)
+    }
     metadata = fields.get("metadata")
+    if isinstance(metadata, str):
+        try:
+            decoded = orjson.loads(metadata)
+        except orjson.JSONDecodeError:
+            decoded = None
+        metadata = decoded if isinstance(decoded, dict) else metadata
     if isinstance(metadata, dict):
         fields["metadata"] = {name: value for name, value in metadata.items() if not is_identity(name)}
     return fields
@@ -99,3 +117,29 @@ def carried(kwargs: HookKwargs, client: Mapping[str, Any]) -> dict[str, Any]:
         for name, value in kwargs.items()
         if name not in _NOT_CARRIED and (name not in client or name in kwargs.written)
     }
+
+
+def copied(value: Any, memo: dict[int, Any]) -> Any:
+    """`value` copied deep: the JSON of the request (dicts, lists) here, in one pass; another object by `deepcopy`,
+    or shared when it cannot be copied. `memo`: what is copied already (an object met twice is copied once)."""
+    if type(value) is dict:
+        if id(value) in memo:
+            return memo[id(value)]
+        new: dict[Any, Any] = {}
+        memo[id(value)] = new
+        for name, item in value.items():
+            new[name] = copied(item, memo)
+        return new
+    if type(value) is list:
+        if id(value) in memo:
+            return memo[id(value)]
+        new_list: list[Any] = []
+        memo[id(value)] = new_list
+        new_list.extend(copied(item, memo) for item in value)
+        return new_list
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    try:
+        return copy.deepcopy(value, memo)
+    except Exception:  # a lock, a client, a generator...: shared, as the logging object is
+        return value

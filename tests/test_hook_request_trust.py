@@ -182,6 +182,28 @@ async def test_a_tool_hook_that_leaves_a_count_not_json_is_a_hook_error_in_the_r
     assert error["type"] == "api_error" if route == "messages" else error["code"] == "agentic_hook_error"
 
 
+class ReturnsList(ServerTools):
+    """A tool hook whose request hook returns something that is not a request body."""
+
+    def __init__(self) -> None:
+        super().__init__([lookup])
+
+    async def async_pre_agentic_loop_request_hook(self, request: Any, logging_obj: Any, kwargs: Any) -> Any:
+        return [request]
+
+
+@pytest.mark.parametrize("route", list(COUNTS))
+async def test_a_tool_hook_that_returns_no_body_for_a_count_is_a_hook_error_in_the_routes_shape(route: str) -> None:
+    """As on the route: never a count sent without the server's tools, short and without an error."""
+    model = ScriptedModel(default={"input_tokens": 1})
+    path, body = COUNTS[route]
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ReturnsList()])) as client:
+        reply = await client.post(path, json=body)
+    assert reply.status_code == 500 and not model.requests
+    error = reply.json()["error"]
+    assert error["type"] == "api_error" if route == "messages" else error["code"] == "agentic_hook_error"
+
+
 @pytest.mark.parametrize("returns", [True, False], ids=["returned", "returned-none"])
 @pytest.mark.parametrize("route", list(ROUTES))
 async def test_internal_fields_a_hook_adds_in_place_never_reach_the_model_app(route: str, returns: bool) -> None:

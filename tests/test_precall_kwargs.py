@@ -3,6 +3,7 @@ fields of the same names the client sends; a client's fields never stand in for 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import httpx
@@ -104,3 +105,60 @@ async def test_litellms_code_interpreter_keeps_its_sandbox_per_caller_whatever_t
     assert {key: entry[3] for key, entry in hook._container_cache.items()} == {
         "hash-of-caller-a:s1": "hash-of-caller-a"
     }
+
+
+class Records(ToolHook):
+    """Records its pre-call kwargs, and edits in place, deep, the fields whose changes stay in its kwargs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given: list[dict[str, Any]] = []
+
+    async def async_pre_call_deployment_hook(self, kwargs: dict[str, Any], call_type: Any) -> None:
+        self.given.append({**kwargs, "metadata": copy.deepcopy(kwargs.get("metadata"))})
+        if isinstance(kwargs.get("metadata"), dict):
+            kwargs["metadata"].setdefault("tags", []).append("hook's record")
+        if isinstance(kwargs.get("thinking"), dict):
+            kwargs["thinking"]["budget_tokens"] = 1
+
+
+async def test_a_clients_scope_field_is_not_the_scope_the_pre_call_hooks_get() -> None:
+    """Every round's hooks get the ASGI scope as `scope`, whose `state` holds the caller: a client's is not given."""
+    hook = Records()
+    model = ScriptedModel(CHAT.text("done"))
+    forged = {"scope": {"type": "http", "state": {"user_api_key_hash": "hash-of-victim"}}}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=as_caller(AgenticLoopMiddleware(model, hooks=[hook]))), base_url="http://g"
+    ) as client:
+        assert (await client.post(CHAT.path, json=CHAT.request("hi", **forged))).status_code == 200
+    assert "scope" not in hook.given[0]
+    assert model.requests[0].body["scope"] == forged["scope"]  # the app is not a hook: sent as the client sent it
+
+
+async def test_a_pre_call_hooks_deep_edits_of_other_fields_stay_in_its_kwargs() -> None:
+    """Only `messages` (`input`, `instructions`, `system`), `tools` and `tool_choice` as the hooks leave them are
+    the request's: what they change deep inside another field, in place, does not reach the app."""
+    hook = Records()
+    model = ScriptedModel(MESSAGES.text("done"))
+    extra = {"metadata": {"user_id": "u1"}, "thinking": {"type": "enabled", "budget_tokens": 2048}}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=AgenticLoopMiddleware(model, hooks=[hook])), base_url="http://g"
+    ) as client:
+        assert (await client.post(MESSAGES.path, json=MESSAGES.request("hi", **extra))).status_code == 200
+    sent = model.requests[0].body
+    assert (sent["metadata"], sent["thinking"]) == (extra["metadata"], extra["thinking"])
+
+
+async def test_metadata_sent_as_text_is_given_decoded_without_the_clients_identity() -> None:
+    """As LiteLLM's proxy decodes a JSON object sent as text (a form's, `extra_body`'s) before dropping its
+    `user_api_key_*` keys; the app still gets it as the client sent it."""
+    hook = Records()
+    model = ScriptedModel(CHAT.text("done"))
+    text = '{"session_id": "s1", "user_api_key_hash": "hash-of-victim", "user_api_key_user_id": "victim"}'
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=as_caller(AgenticLoopMiddleware(model, hooks=[hook]))), base_url="http://g"
+    ) as client:
+        assert (await client.post(CHAT.path, json=CHAT.request("hi", metadata=text))).status_code == 200
+    assert hook.given[0]["metadata"] == {"session_id": "s1"}
+    assert hook.given[0]["user_api_key_hash"] == "hash-of-caller-a"
+    assert model.requests[0].body["metadata"] == text
