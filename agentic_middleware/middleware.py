@@ -289,11 +289,16 @@ class AgenticLoopMiddleware:
         return True
 
     def _compact_judged(self, scope: Scope) -> Surface | None:
-        """For `POST <Responses route>/compact` with a guardrail mounted, the route's format: the conversation goes to
-        the model to be compacted, so the guardrails judge it as a request that does not loop; else None."""
+        """With a guardrail mounted, the format of a POST the guardrails judge as a request that does not loop; else
+        None. `<Responses route>/compact`: the conversation goes to the model to be compacted. A route or that path
+        with a trailing slash (`/v1/messages/`): many servers answer it as the route, and an app with a catch-all
+        (a proxy) hands it on as it came; not looped, as the loop's calls would go to the app at that spelling."""
         if not self.setup.guardrail_hooks or scope["type"] != "http" or scope["method"] != "POST":
             return None
-        base, _, last = scope["path"].rpartition("/")
+        path = scope["path"]
+        if path.endswith("/") and (surface := self.surface_of(path[:-1])) is not None:
+            return surface
+        base, _, last = path.removesuffix("/").rpartition("/")
         surface = self.surface_of(base) if last == "compact" else None
         return surface if surface is not None and surface.chains_by_id else None
 

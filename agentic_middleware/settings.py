@@ -22,6 +22,10 @@ from .surfaces import Surface, surfaces
 DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
     {"/v1/messages": "messages", "/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}
 )
+DEFAULT_FORWARD_UNJUDGED = ("/v1/messages/count_tokens", "/v1/responses/input_tokens", "/v1/responses/compact")
+"""The POST paths `agentic-gateway` forwards without the hooks judging them when a guardrail or tool policy is
+mounted (gateway/paths.py): the token counts, which ask no model, and the compaction, which the guardrails judge
+anyway (middleware.py). Claude Code and Codex call all three."""
 DEFAULT_MAX_AGENTIC_LOOPS = 3
 DEFAULT_RERUN_RETRIES = 2  # tries again of a rerun the app answered with a transient error (retries.py)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
@@ -84,6 +88,7 @@ class Settings:
     caller: Callable[..., Any] | None = None  # who is calling (callers.py); None: the key hash
     chain_store: Any = None  # the middleware's `chain_store` (chains.py); YAML's `{redis: URL}` is a RedisChainStore
     tool_policy: Callable[..., Any] | None = None  # what each caller may use (policy.py); None: everything
+    forward_unjudged: tuple[str, ...] = DEFAULT_FORWARD_UNJUDGED  # agentic-gateway only (gateway/paths.py)
 
     def __post_init__(self) -> None:
         loop_limit(self.max_agentic_loops, "max_agentic_loops")
@@ -161,6 +166,7 @@ class Settings:
                 raise ConfigurationError(
                     f"routes: {path!r} maps to unknown wire format {name!r}; known: {', '.join(known)}"
                 )
+        self._check_forward_unjudged()
         provider = self.custom_llm_provider
         if isinstance(provider, Mapping):
             if set(provider) - set(known) or not all(isinstance(v, str) for v in provider.values()):
@@ -169,6 +175,18 @@ class Settings:
                 )
         elif provider is not None and not isinstance(provider, str):
             raise ConfigurationError(f"custom_llm_provider must be a string or a mapping, got {provider!r}")
+
+    def _check_forward_unjudged(self) -> None:
+        listed = self.forward_unjudged
+        if isinstance(listed, str) or not isinstance(listed, list | tuple):
+            raise ConfigurationError(f"forward_unjudged must be a list of paths, got {listed!r}")
+        for path in listed:
+            if not isinstance(path, str) or not path.startswith("/"):
+                raise ConfigurationError(f"forward_unjudged: {path!r} is not a path (it must start with '/')")
+            problem = template_error(path)
+            if problem:
+                raise ConfigurationError(f"forward_unjudged: {path!r} {problem}")
+        object.__setattr__(self, "forward_unjudged", tuple(listed))
 
     def header_templates(self) -> list[tuple[bytes, str]]:
         """The operator's headers for internal calls: lowercase names, values with `{call_id}` still to fill."""

@@ -6,7 +6,8 @@ layers some microseconds on each of the loop's internal calls (docs/performance.
 middleware the same way, `app.add_middleware(AgenticLoopMiddleware, ...)` (README).
 
 The gateway answers `/health` and `/metrics` itself; every other path goes to the model (a forwarding model sends it
-up as it came, the demo model answers 404).
+up as it came, the demo model answers 404), once paths.py has given a route's other spellings its path and, with a
+guardrail or tool policy, refused the POSTs no hook would judge.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..config import Settings, load_config
 from ..middleware import AgenticLoopMiddleware
 from .demo_model import DemoModel
 from .metrics import CountStreams, GatewayMetrics, chained
+from .paths import GatewayPaths
 from .wire import MODEL_ROUTES, Forwarder, Model, Route, error_response, route_of
 
 DEMO_CONFIG = Path(__file__).with_name("demo.yaml")
@@ -157,6 +159,9 @@ def model_app(model: Model, metrics: GatewayMetrics | None = None) -> Starlette:
 def create_app(config: str | os.PathLike[str] | Settings = DEMO_CONFIG, model: Model | None = None) -> Starlette:
     """The gateway; the config is read and checked now, so a mistake in it stops the start, not a request.
 
+    Before the middleware, the other spellings of a model route are given its path, and with a guardrail or tool
+    policy mounted a POST the middleware would not judge is refused unless `forward_unjudged` lists it (paths.py).
+
     `/metrics` counts every round through the middleware's `on_round` callback; a callback the config names still
     runs, after it."""
     settings = config if isinstance(config, Settings) else load_config(config)
@@ -164,6 +169,7 @@ def create_app(config: str | os.PathLike[str] | Settings = DEMO_CONFIG, model: M
     settings = replace(settings, on_round=chained(metrics.on_round, settings.on_round))
     app = model_app(model or DemoModel(), metrics)
     app.add_middleware(AgenticLoopMiddleware, config=settings)
+    app.add_middleware(GatewayPaths, settings=settings)  # before the middleware: it sees each route's own path
     app.add_middleware(CountStreams, metrics=metrics)  # outermost: the streams as the clients get them
     app.state.metrics = metrics
     return app

@@ -21,12 +21,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..config import load_config
+from ..config import Settings, load_config
 from ..errors import ConfigurationError
 from . import environment as env
 from .access import gateway_keys
 from .app import DEMO_CONFIG
 from .metrics import MULTIPROCESS_VARIABLE
+from .paths import unjudged_described
 
 PROG = "agentic-gateway"
 BIND_FAILED = 3  # uvicorn's own exit status when it cannot bind
@@ -159,8 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.pop(name, None)
     config = env.config_path()
     try:
-        if config is not None:
-            load_config(config)  # a mistake in the config stops the start here, once, with its own message
+        # A mistake in the config stops the start here, once, with its own message.
+        settings = load_config(config) if config is not None else Settings()
         model = env.model_from_env()  # likewise a bad upstream
         keys = gateway_keys(os.environ.get(env.GATEWAY_KEYS))  # and keys that are set but blank
     except (ConfigurationError, ValueError) as error:
@@ -184,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tools = f"tools from {config}" if config is not None else "no --config: forwarding only, no server tools"
     workers = f", {args.workers} workers" if args.workers > 1 else ""
     print(f"gateway on http://{args.host}:{args.port}{workers} in front of {behind}; {tools}", flush=True)
+    print(f"{unjudged_described(settings)} (GET, HEAD, OPTIONS and DELETE on any path go up as sent)", flush=True)
     try:
         _serve(args)
     finally:

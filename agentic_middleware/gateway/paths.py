@@ -1,0 +1,111 @@
+"""Which POST paths the gateway judges, which it forwards unjudged, and which it refuses.
+
+The gateway forwards every path it does not answer itself, and the servers behind it answer model calls on more
+spellings than the three routes: llama.cpp's `llama-server` and LiteLLM's proxy serve `/chat/completions` and
+`/responses` without the `/v1`, and many servers take a trailing slash. Forwarded as they came, those calls reached
+the model without the hooks: no guardrail judged them, no loop ran. So, before the middleware:
+
+- the known spellings of a model route and of its sub-paths (`/chat/completions`, `/messages`, `/responses`, with or
+  without `/v1`, with or without one trailing slash; the same for `/v1/responses/compact`, `/v1/messages/count_tokens`
+  and `/v1/responses/input_tokens`) are given the route's own path, so they are judged and looped as it is, and go up
+  as it does (`ALIASES`);
+- with a guardrail, a pre-call hook or a tool policy mounted, any other request that may carry a body to act on (any
+  method but GET, HEAD, OPTIONS and DELETE) on a path the middleware does not judge is refused with a 403 in the
+  route's error shape, unless the operator lists the path in `forward_unjudged`. A path no one thought of
+  (`/v1/completions`, `/v1/messages/batches`, `//v1/messages`, an upstream's own alias) fails closed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..hooks import BoundHook
+from ..precall import has_pre_call, is_guardrail
+from ..routes import RouteTable
+from ..settings import Settings
+from .wire import MODEL_ROUTES, error_response, route_of
+
+logger = logging.getLogger("agentic_middleware")
+
+SUB_PATHS = ("/v1/responses/compact", "/v1/messages/count_tokens", "/v1/responses/input_tokens")
+UNBODIED = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+"""Methods that read or remove, forwarded on any path: no model is asked anything by them (`GET /v1/models`,
+`DELETE /v1/responses/{id}`)."""
+
+
+def _aliases() -> dict[str, str]:
+    aliases = {}
+    for canonical in (*MODEL_ROUTES, *SUB_PATHS):
+        bare = canonical.removeprefix("/v1")
+        for spelling in (bare, bare + "/", canonical + "/"):
+            aliases[spelling] = canonical
+    return aliases
+
+
+ALIASES = _aliases()
+"""Each other spelling of a model route or sub-path the servers behind a gateway answer, to its own path."""
+
+
+class GatewayPaths:
+    """The gateway's paths, seen before the middleware: aliases rewritten to their route, unjudged bodies refused.
+
+    A path the middleware's configured `routes` judge as it is written keeps it (an operator who routes
+    `/chat/completions` itself sees it unchanged)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.routes = settings.route_table()
+        self.refusing = refuses_unjudged(settings)
+        self.allowed = RouteTable(dict.fromkeys(settings.forward_unjudged, True))
+        self.guardrail = any(is_guardrail(BoundHook(hook)) for hook in settings.hooks)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in UNBODIED:
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if self.routes.get(path) is None and (canonical := ALIASES.get(path)) is not None:
+            scope = {**scope, "path": canonical, "raw_path": canonical.encode()}
+            path = canonical
+        if self.refusing and not self.judged(path) and self.allowed.get(path) is None:
+            answer = error_response(
+                route_of(path),
+                403,
+                f"{scope['method']} {path} is not judged by this gateway's guardrails or tool policy, so it is not "
+                "forwarded: list it in forward_unjudged to send it up unjudged",
+                "path_not_forwarded",
+            )
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def judged(self, path: str) -> bool:
+        """Whether the middleware judges a POST on this path: a configured route, or (with a guardrail) a
+        `.../compact` under a Responses route (middleware.py)."""
+        if self.routes.get(path) is not None:
+            return True
+        base, _, last = path.rpartition("/")
+        surface = self.routes.get(base) if last == "compact" and self.guardrail else None
+        return surface is not None and surface.chains_by_id
+
+
+def refuses_unjudged(settings: Settings) -> bool:
+    """Whether a POST the middleware does not judge must be listed to go up: with a guardrail or a pre-call hook
+    (they must see every request that reaches the model) or a tool policy (it may refuse a caller) mounted."""
+    return settings.tool_policy is not None or any(has_pre_call(BoundHook(hook)) for hook in settings.hooks)
+
+
+def unjudged_described(settings: Settings) -> str:
+    """The start-up line's account of what goes up without the hooks."""
+    if not refuses_unjudged(settings):
+        return "POSTs to any path but the model routes are forwarded unjudged"
+    paths = GatewayPaths(_nothing, settings)
+    listed = [path for path in settings.forward_unjudged if not paths.judged(path)]
+    forwarded = ", ".join(listed) if listed else "none"
+    return f"POSTs forwarded unjudged: {forwarded} (forward_unjudged); POSTs to other unjudged paths are refused"
+
+
+async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:  # pragma: no cover - never called
+    raise AssertionError
