@@ -20,7 +20,6 @@ import orjson
 
 from .disconnect import ClientWatch
 from .dispatch import Answer, Dispatcher
-from .encode import BodyEncoder
 from .errors import ConfigurationError, HookError, LoopError
 from .hooks import AgenticLoopLogging, AgenticLoopRequestPatch, BoundHook
 from .live import LiveStream
@@ -33,7 +32,6 @@ from .settings import Settings, loop_limit
 from .store import CallerState, KeyValueStore
 from .stream import EventStream
 from .surfaces import Surface
-from .watched import Stamp
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -131,8 +129,6 @@ class RequestEnds:
     patch_kwargs: Mapping[str, Any]  # what the plans' patches and the pre-call lifecycle carry to later hooks
     executed: tuple[Rerun, ...]  # a tuple: an empty list is an object the collector tracks, for the stream's life
     _logging_obj: AgenticLoopLogging | None
-    _encoder: BodyEncoder | None
-    stamp: Stamp  # what the hooks did to the history the loop watches (encode.py), from the request's start
     __slots__ = tuple(__annotations__)  # each attribute annotated above, and no `__dict__`
 
     @property
@@ -161,14 +157,6 @@ class RequestEnds:
             return raw
         body = scoped(self.surface, self.body, self.client_tools, self.policy)
         return raw if body is self.body else own_size(dumps(body))
-
-    @property
-    def encoder(self) -> BodyEncoder:
-        """Writes the reruns' bodies, reusing the history's bytes from one rerun to the next; made for the first rerun,
-        as most requests make none (a first body a hook changed is written whole: `prepared`)."""
-        if self._encoder is None:
-            self._encoder = BodyEncoder(self.surface.messages_field, self.stamp)
-        return self._encoder
 
     def watch_client(self) -> None:
         """Watch for the client leaving (once, from the first round a hook acts on, or from a stream's start)."""
@@ -214,9 +202,6 @@ class RequestEnds:
             # and the reruns send, not the client's bytes (one more parse, only for requests a request hook saw).
             changed_by = (self.request_hooks[-1].name, REQUEST_HOOK)
         try:
-            # Written whole, not by the rerun encoder: most streams never rerun, and the encoder's work for a rerun's
-            # reuse (the messages written apart and made watched, the body's bytes kept for the stream's life) would be
-            # all lost on them. A rerun writes its first body whole (`encoder`), and the reruns after it reuse that.
             return own_size(dumps(self.on_the_wire(self.body)))
         except TypeError as error:
             raise HookError(*changed_by, f"the request is not JSON: {error}") from None

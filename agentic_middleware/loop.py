@@ -25,6 +25,7 @@ from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, Loo
 from .live import LiveStream
 from .loop_setup import LoopSetup as LoopSetup
 from .observe import RoundRecord, set_attributes
+from .payload import dumps
 from .policy import ToolPolicy, client_own
 from .replies import Replies
 from .retries import Retries
@@ -32,7 +33,6 @@ from .settings import loop_limit
 from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
-from .watched import Stamp, watch
 
 # Call ids: unique per process by a random prefix, cheap to make for every request.
 _call_ids = itertools.count(1)
@@ -93,11 +93,6 @@ class AgenticLoop(AskingHooks, Replies):
         self.scope = scope
         self.receive = receive
         self.send = send
-        self.stamp = Stamp()
-        if not checks_only:
-            # Before any hook sees it: whatever a hook takes of the history, and keeps for a later round, is watched,
-            # so that an edit of it in place reaches the reruns, whose bodies reuse the history's bytes (encode.py).
-            watch(body, surface.messages_field, self.stamp)
         self.body = body
         self.request_bytes = raw  # the body as the first call sends it, unless a hook changes it first
         self.dispatch = Dispatcher(
@@ -123,7 +118,6 @@ class AgenticLoop(AskingHooks, Replies):
         self.hooks_usage = None  # what post hooks added to the final usage (a server tool's counters)
         self.call_id = f"{_CALL_ID_PREFIX}-{next(_call_ids)}"
         self._logging_obj = None
-        self._encoder = None
         self.round = RoundRecord(self.call_id, surface.name, 0)
         self.retried = 0  # retries of the rounds before this one (`retries.py`)
         if setup.internal_headers:
@@ -329,7 +323,9 @@ class AgenticLoop(AskingHooks, Replies):
         self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
         self.app_answer = None  # the rerun's answer replaces it: the judged one is not held while the rerun streams
         try:
-            raw = self.encoder.encode(self.on_the_wire(self.body))
+            # Written whole each time, from the objects as they are now: nothing of an earlier body is reused, so any
+            # edit a hook made, at any depth, through any reference it kept, is sent (docs/loop.md, point 3).
+            raw = dumps(self.on_the_wire(self.body))
         except TypeError as error:
             method = step.method if isinstance(step, Rerun) else "closing call"
             raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None

@@ -18,7 +18,7 @@ from agentic_middleware.testing import RecordedRequest, ScriptedModel, message, 
 
 
 def plain(value: Any) -> None:
-    """Nothing in `value` is a watched container: only dicts, JSONObjects and lists."""
+    """Nothing in `value` is a container of any other type: only dicts, JSONObjects and lists."""
     assert type(value) in (dict, JSONObject, list, str, int, float, bool, type(None)), type(value)
     for child in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
         plain(child)
@@ -95,7 +95,7 @@ async def test_deep_copies_and_pickles_of_sent_history_and_answer_blocks_are_pla
 
 
 async def test_a_copy_written_to_does_not_change_the_sent_history() -> None:
-    """Editing a deep copy leaves the history the next body reuses as it was sent."""
+    """Editing a deep copy leaves the history the next body is written from as it was sent."""
 
     class Editor(Copier):
         async def async_build_agentic_loop_plan(self, tools, model, messages, response, **rest):  # type: ignore[no-untyped-def]
@@ -141,8 +141,8 @@ async def test_a_deep_copy_of_the_history_edited_in_place_a_round_later_is_sent_
 @pytest.mark.parametrize("where", ["message", "block"])
 async def test_an_sdk_object_in_the_history_edited_in_place_a_round_later_is_sent_as_edited(where: str) -> None:
     """A hook may put the SDKs' own objects in the history (an `anthropic.types.Message`, a `TextBlock` in a message
-    it builds); they are pydantic models, not containers the encoder can watch. Edited in place in a later round (a
-    compression hook stubbing a text), the edit must reach the app: the encoder reused the bytes it wrote before."""
+    it builds); they are pydantic models, written through their `model_dump`. Edited in place in a later round (a
+    compression hook stubbing a text), the edit must reach the app, not bytes written before."""
 
     class SdkHistory(CustomLogger):
         def __init__(self) -> None:

@@ -1,7 +1,7 @@
 """A hook that keeps a reference to something nested in the history (a content block, a tool result's list, a list
 deep in a call's input, a list of its own it put there) and edits it in place a round later: the next rerun must
-send the edit. The reruns reuse the bytes of history already sent; an edit they did not notice would reach the
-model as the old text, the very thing a redaction hook removed (docs/loop.md, point 3)."""
+send the edit. Were a rerun to reuse the bytes of history already sent, an edit it did not notice would reach the
+model as the old text, the very thing a redaction hook removed; each is written whole (docs/loop.md, point 3)."""
 
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ async def test_a_foreign_list_put_in_the_history_then_edited_a_round_later_reach
     assert b"a new secret" not in bodies[3] and REDACTED.encode() in bodies[3]
 
 
-async def test_a_watched_block_moved_into_a_new_message_then_edited_reaches_the_app() -> None:
+async def test_a_block_of_the_history_moved_into_a_new_message_then_edited_reaches_the_app() -> None:
     """A block of the client's history moved into a message the hook builds, the history it came from dropped: its
     edit a round later still reaches the app."""
 
@@ -267,7 +267,7 @@ async def test_a_pydantic_model_holding_a_list_of_the_history_edited_a_round_lat
 
 
 async def test_the_history_hooks_get_still_reads_copies_and_compares_as_plain_json() -> None:
-    """Watched or not, the history is a list of dicts to a hook: `isinstance`, `==`, `json` and orjson, copies and
+    """The history is a list of dicts to a hook: `isinstance`, `==`, `json` and orjson, copies and
     pickles (which are plain) behave as on what the client sent, in every round."""
     seen: list[int] = []
 
