@@ -28,6 +28,7 @@ from .observe import MAPPINGS, Observer, RoundRecord, usage_added
 from .payload import dumps, own_size, wrap
 from .policy import ToolPolicy, scoped
 from .precall import model_call_details, run_pre_call
+from .rerun_guard import judged_rerun
 from .settings import Settings, loop_limit
 from .store import CallerState, KeyValueStore
 from .stream import EventStream
@@ -99,6 +100,7 @@ class RequestEnds:
     request_hooks: Sequence[BoundHook]
     pre_call_hooks: Sequence[BoundHook]
     guardrail_hooks: Sequence[BoundHook]
+    rerun_guardrails: Sequence[BoundHook]  # those that judge what each round adds (`precall.judges_reruns`)
     settings: Settings
     observer: Observer
     state: KeyValueStore  # the hooks' state between requests, seen through `logging_obj.state` (store.py)
@@ -252,6 +254,23 @@ class RequestEnds:
         # Always sent anew: a hook may have edited the request's lists or objects in place.
         self.body = result.body
         return ", ".join(hook.name for hook in self.pre_call_hooks), "pre-call lifecycle"
+
+    async def judge_round(self, previous: Any) -> None:
+        """The guardrails on what the round just taken added to the body (`previous`: the last body's messages),
+        before the rerun is sent (rerun_guard.py): a refusal ends the turn, a mask is written into the body."""
+        self.body = await judged_rerun(
+            self.rerun_guardrails,
+            self.body,
+            previous,
+            field=self.surface.messages_field,
+            stream=self.streaming,
+            api_surface=self.surface.api_surface,
+            provider=self.provider,
+            call_id=self.call_id,
+            logging_obj=self.logging_obj,
+            call=self.call_hook,
+            state=self.dispatch.scope["state"],
+        )
 
     async def unwind(self, answer: Answer) -> Answer:
         """Give each executed plan's post hook the final answer, innermost first, then its cleanup.

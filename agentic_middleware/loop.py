@@ -83,6 +83,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.request_hooks = setup.request_hooks
         self.pre_call_hooks = setup.pre_call_hooks
         self.guardrail_hooks = setup.guardrail_hooks
+        self.rerun_guardrails = setup.rerun_guardrails
         self.settings = settings
         self.observer = setup.observer
         self.surface = surface
@@ -236,7 +237,11 @@ class AgenticLoop(AskingHooks, Replies):
                     if isinstance(step, Answer):
                         return step
                     answer = None  # the judged round's answer is not held while the next round streams
+                    previous = self.body.get(self.surface.messages_field)
                     self.take(step)
+                    if self.rerun_guardrails:  # what the round added is judged before the model reads it
+                        await self.judge_round(previous)
+                    previous = None
                     if self.observer.wants(self.round):  # the judged round is reported before the next begins
                         await self.observer.round_done(self.round)
                     answer = self.taken(await self.rerun(step))

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 from .ends import REQUEST_HOOK
 from .hooks import BoundHook
 from .observe import Observer
-from .precall import has_pre_call, idle_guardrail, is_guardrail
+from .precall import has_pre_call, idle_guardrail, is_guardrail, judges_reruns
 from .settings import Settings
 from .store import KeyValueStore, MemoryStore
 
@@ -44,6 +44,7 @@ class LoopSetup:
         self.request_hooks = [hook for hook in hooks if hook.methods[REQUEST_HOOK] is not None]
         self.pre_call_hooks = [hook for hook in hooks if has_pre_call(hook)]  # LiteLLM's pre-call lifecycle
         self.guardrail_hooks = [hook for hook in hooks if is_guardrail(hook)]  # they judge every request
+        self.rerun_guardrails = [hook for hook in hooks if judges_reruns(hook)]  # and what each round adds
         for hook in hooks:
             if (event := idle_guardrail(hook)) is not None:
                 logger.warning(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import HookError, RequestRefused, refusal_of
 from .guardrail_inputs import GuardrailView, skips
-from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, PRE_REQUEST_HOOK
+from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, HOOK_METHODS, PRE_REQUEST_HOOK
 from .precall_kwargs import BODY_FIELDS, HookKwargs, carried, client_fields, copied, returned
 from .surfaces import canonical
 
@@ -83,6 +83,14 @@ def _events(event_hook: Any) -> list[Any] | None:
         ]
     name = _event_name(event_hook)
     return [name] if isinstance(name, str) else None
+
+
+def judges_reruns(hook: BoundHook) -> bool:
+    """A guardrail that judges each rerun's added messages too (rerun_guard.py): one that judges requests and takes
+    no part in the loop. A guardrail that is also an agentic hook (LiteLLM's Headroom and Compresr compress the
+    request and answer their own retrieve calls) shapes the reruns itself: run again on them, it would compress
+    what its own tool just restored."""
+    return is_guardrail(hook) and not any(hook.methods[name] is not None for name in HOOK_METHODS)
 
 
 def judges_only(hook: BoundHook) -> bool:
@@ -179,11 +187,7 @@ async def run_pre_call(
         kwargs["stream_options"] = stream_options
     kwargs.written.clear()  # what the hooks write from here on (the server's own keys are none of the client's)
     call_type = CALL_TYPES.get(api_surface)
-    for hook in hooks:
-        if is_guardrail(hook) and judges_only(hook):  # its verdict holds, its edits do not (as in LiteLLM)
-            await _guardrail(hook, _copy_of(kwargs), api_surface, logging_obj, call)
-        elif is_guardrail(hook):
-            await _guardrail(hook, kwargs, api_surface, logging_obj, call)
+    await judge(hooks, kwargs, api_surface, logging_obj, call)
     if guardrails_only:
         return _applied(body, kwargs, stream, client)
     for hook in hooks:
@@ -201,6 +205,22 @@ async def run_pre_call(
         if model is not None:
             kwargs.setdefault("model", model)
     return _applied(body, kwargs, stream, client)
+
+
+async def judge(
+    hooks: Sequence[BoundHook],
+    kwargs: HookKwargs,
+    api_surface: str,
+    logging_obj: AgenticLoopLogging,
+    call: Callable[..., Awaitable[Any]],
+) -> None:
+    """Every guardrail that judges requests, in order, on `kwargs` (the request): what it changes is written there,
+    but a `during_call` one's, whose verdict holds and edits do not (as in LiteLLM)."""
+    for hook in hooks:
+        if is_guardrail(hook) and judges_only(hook):
+            await _guardrail(hook, _copy_of(kwargs), api_surface, logging_obj, call)
+        elif is_guardrail(hook):
+            await _guardrail(hook, kwargs, api_surface, logging_obj, call)
 
 
 async def _called(call: Callable[..., Awaitable[Any]], hook: BoundHook, method: str, **arguments: Any) -> Any:
