@@ -85,10 +85,14 @@ class RoundCapture(ResponseCapture):
 
     async def send(self, message: Message) -> None:
         offered = False  # the lane offered the chunk to `pass_on`, which declined it: the reader reads it
-        if self.idle and message["type"] == "http.response.body" and message.get("more_body", False):
+        if self.idle and message.get("more_body", False):
             # The lane most of a stream takes: one whole event, between two events, that the relay passes on without
             # the reader (`StreamRelay.pass_on`), written to the client from here. Each coroutine an event goes
-            # through costs about what reading it does (benchmarks case 12), so this is the only one.
+            # through costs about what reading it does (benchmarks case 12), so this is the only one. Its type is
+            # not looked at (a twentieth of what the lane costs, `python -m benchmarks.callgrind stream-deltas`): a
+            # message that may continue is a body (ASGI's `http.response.body`; the `zerocopysend` extension's has
+            # no `body`, and no relay takes b""), and what `pass_on` declines goes to the reader's branch below,
+            # which does look.
             chunk = message.get("body", b"")
             live = self.live
             write = live.write

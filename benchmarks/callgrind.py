@@ -12,6 +12,9 @@ requests (`callgrind_target.py`):
 - per stream, one uvicorn worker (case 12's app, its load generator in a process of its own, not counted):
   `streams`, 200 streams of 20 text deltas after 200 as warm-up, bare, pass-through and with one tool round (whose
   bare figure is the bare pass-through's);
+- per delta, one uvicorn worker: `stream-deltas`, 50 pass-through streams of 20 and then of 1,020 text deltas
+  counted apart in one worker after 50 of 1,020 as warm-up, bare and through the middleware: the difference of the
+  two loads divided by the 50,000 deltas it adds (what a stream costs whatever its length cancels);
 - per request, the gateway under uvicorn (`agentic-gateway`'s app in front of case 6's upstream and hook):
   `gateway`, 3-rerun Messages requests one after another on one connection, 200 after 60 as warm-up.
 
@@ -52,11 +55,12 @@ class Size:
     deltas: tuple[int, int] = (200, 1200)
     streams: int = 200
     stream_deltas: int = 20
+    long_streams: tuple[int, int, int] = (50, 20, 1020)
     warmup: int = 60
     requests: int = 200
 
 
-FULL, QUICK = Size(), Size((20, 60), 10, 5, 5, 10)
+FULL, QUICK = Size(), Size((20, 60), 10, 5, (5, 5, 25), 5, 10)
 
 
 @dataclass(frozen=True)
@@ -195,18 +199,27 @@ class Worker(Callgrind):
 
     def measure(self, driver: Driver, warmup: dict[str, Any], command: dict[str, Any], name: str) -> int:
         """The instructions of `command`'s load, after `warmup`'s (not counted); the worker ends."""
+        return self.measure_each(driver, warmup, {name: command})[name]
+
+    def measure_each(
+        self, driver: Driver, warmup: dict[str, Any], commands: dict[str, dict[str, Any]]
+    ) -> dict[str, int]:
+        """The instructions of each command's load, by its name, one after another after `warmup`'s (not counted);
+        the worker ends."""
         try:
             driver.send(warmup)
-            if self.control("POST", "start") != 204:
-                raise RuntimeError(f"the worker did not start counting: {tail(self.log)}")
-            answer = driver.send(command)
-            if answer.get("errors") or answer.get("completed") != answer.get("streams"):
-                raise RuntimeError(f"{name}: {answer}")
-            if self.control("POST", f"stop?{name}") != 204:
-                raise RuntimeError(f"the worker did not dump its counts: {tail(self.log)}")
+            for name, command in commands.items():
+                if self.control("POST", "start") != 204:
+                    raise RuntimeError(f"the worker did not start counting: {tail(self.log)}")
+                answer = driver.send(command)
+                if answer.get("errors") or answer.get("completed") != answer.get("streams"):
+                    raise RuntimeError(f"{name}: {answer}")
+                if self.control("POST", f"stop?{name}") != 204:
+                    raise RuntimeError(f"the worker did not dump its counts: {tail(self.log)}")
         finally:
             stop(self.process)
-        return counts(self.out)[name]
+        found = counts(self.out)
+        return {name: found[name] for name in commands}
 
 
 def deltas(lane: str, checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:
@@ -236,6 +249,21 @@ def streams(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Fig
     ]
 
 
+def stream_deltas(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:
+    """Per delta under uvicorn: pass-through streams of two lengths through one worker each, bare and wrapped; the
+    difference of the two loads, divided by the deltas it adds, leaves out what a stream costs whatever its length."""
+    number, short, long = size.long_streams
+    per: dict[str, float] = {}
+    with Driver(sys.executable, out.parent, module="benchmarks.streams_loadgen") as driver:
+        for app in ("streams_bare", "streams_wrapped"):
+            worker = Worker(app, checkout, out / app, helper)
+            load = {"url": worker.url, "streams": number, "delay": 0, "rounds": 0, "opening": 16}
+            commands = {f"{app}-{tokens}": {**load, "tokens": tokens} for tokens in (short, long)}
+            found = worker.measure_each(driver, {**load, "tokens": long}, commands)
+            per[app] = (found[f"{app}-{long}"] - found[f"{app}-{short}"]) / (number * (long - short))
+    return [Figure("stream-deltas, pass-through", "delta", per["streams_bare"], per["streams_wrapped"])]
+
+
 def gateway(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:
     with ExitStack() as stack:
         model = stack.enter_context(upstream(sys.executable, out.parent))
@@ -251,6 +279,8 @@ def gateway(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Fig
 def measure(lane: str, checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:
     if lane == "streams":
         return streams(checkout, out, helper, size)
+    if lane == "stream-deltas":
+        return stream_deltas(checkout, out, helper, size)
     if lane == "gateway":
         return gateway(checkout, out, helper, size)
     return deltas(lane, checkout, out, helper, size)
@@ -280,7 +310,7 @@ def table(results: dict[str, list[Figure]]) -> str:
     return "\n".join(lines)
 
 
-LANE_NAMES = (*LANES, "streams", "gateway")
+LANE_NAMES = (*LANES, "streams", "stream-deltas", "gateway")
 
 
 def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:

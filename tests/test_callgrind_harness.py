@@ -91,11 +91,55 @@ async def test_the_gateway_target_loops_its_3_rerun_requests_to_the_final_answer
 
 
 def test_no_lane_named_is_every_lane_and_an_unknown_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert callgrind.arguments([]).lanes == [*LANES, "streams", "gateway"]
+    assert callgrind.arguments([]).lanes == [*LANES, "streams", "stream-deltas", "gateway"]
     assert callgrind.arguments(["chat", "chat"]).lanes == ["chat", "chat"]
     with pytest.raises(SystemExit):
         callgrind.arguments(["gatway"])
     assert "no lane gatway" in capsys.readouterr().err
+
+
+def test_stream_deltas_counts_two_lengths_in_one_worker_and_divides_their_difference_by_the_added_deltas(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each worker serves a warm-up of long streams, then the short and the long load counted apart: what a stream
+    costs whatever its length cancels in the difference."""
+    asked: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]] = []
+    per_stream = {"streams_bare": 1000.0, "streams_wrapped": 5000.0}
+    per_delta = {"streams_bare": 10.0, "streams_wrapped": 25.0}
+
+    class Worker:
+        def __init__(self, app: str, *_: Any) -> None:
+            self.app, self.url = app, f"http://{app}"
+
+        def measure_each(
+            self, driver: Any, warmup: dict[str, Any], commands: dict[str, dict[str, Any]]
+        ) -> dict[str, int]:
+            asked.append((self.app, warmup, commands))
+            app = self.app
+            return {
+                name: int(load["streams"] * (per_stream[app] + load["tokens"] * per_delta[app]))
+                for name, load in commands.items()
+            }
+
+    class Driver:
+        def __init__(self, *_: Any, **__: Any) -> None: ...
+
+        def __enter__(self) -> Driver:
+            return self
+
+        def __exit__(self, *_: Any) -> None: ...
+
+    monkeypatch.setattr(callgrind, "Worker", Worker)
+    monkeypatch.setattr(callgrind, "Driver", Driver)
+    size = callgrind.Size(long_streams=(4, 2, 12))
+
+    [figure] = callgrind.stream_deltas(callgrind.Checkout("here", tmp_path), tmp_path, tmp_path, size)
+
+    assert (figure.bare, figure.ours) == (10.0, 25.0)
+    assert [app for app, _, _ in asked] == ["streams_bare", "streams_wrapped"]
+    for app, warmup, commands in asked:
+        assert warmup["tokens"] == 12 and warmup["streams"] == 4 and warmup["rounds"] == 0
+        assert [(name, command["tokens"]) for name, command in commands.items()] == [(f"{app}-2", 2), (f"{app}-12", 12)]
 
 
 def test_counts_reads_each_dump_by_the_name_its_bracket_gave(tmp_path: Path) -> None:
