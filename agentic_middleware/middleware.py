@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .asgi import json_start, read_body, replay, scope_unencoded, scope_with_body_length
+from .admission import refuse, stream_wishes, wrong_type
+from .asgi import read_body, replay, scope_unencoded, scope_with_body_length
 from .callers import Caller
 from .chains import ChainStore, chains_of, hooks_store
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
@@ -24,7 +25,7 @@ from .loop import AgenticLoop
 from .loop_setup import LoopSetup
 from .observe import Observer, RoundCallback
 from .payload import MAX_DEPTH, own_size, too_deep
-from .policy import PolicyFunction, ToolPolicy, policy_of
+from .policy import PolicyFunction, ToolPolicy, client_own, policy_of, scoped
 from .precall import has_pre_call
 from .routes import warn_uncovered
 from .shown import ShownIds
@@ -123,7 +124,7 @@ class AgenticLoopMiddleware:
         self.templated = table if table.templates else None
         self.providers = {surface.name: self.settings.provider(surface) for surface in surfaces().values()}
         warn_uncovered(app, table)
-        self.stream_wishes = _stream_wishes(self.hooks)
+        self.stream_wishes = stream_wishes(self.hooks)
         # With a guardrail or a pre-call hook mounted, a request on a route they judge never reaches the app unseen.
         self.guarded = any(has_pre_call(hook) for hook in self.hooks)
         self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
@@ -134,8 +135,8 @@ class AgenticLoopMiddleware:
         if surface is None:
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
-            elif scope["type"] == "websocket" and self.guarded and self.surface_of(scope["path"]) is not None:
-                await send({"type": "websocket.close", "code": 1008, "reason": "guardrails cannot judge websockets"})
+            elif scope["type"] == "websocket" and self.surface_of(scope["path"]) is not None:
+                await self._socket(scope, receive, send)
             elif (counted := self._count_route(scope)) is not None:
                 await self._count(counted, scope, receive, send)
             elif (last := self._beside_responses(scope)) is not None:
@@ -188,10 +189,16 @@ class AgenticLoopMiddleware:
         if request is None:
             return None  # the client left before its request was complete: nobody to answer
         raw, complete = request
+        policy = None
+        if self.settings.tool_policy is not None:  # every request on the route, whatever the loop does with it
+            read, policy = await self._policy(scope, surface, send)
+            if not read:
+                return None
+        judged = policy is not None and policy.judges_names  # its tools must be looked at before the app sees them
         if not complete or len(raw) > self.settings.max_body_bytes:  # however the body arrived: whole, or in chunks
-            if self.guarded:  # the guardrails cannot read it: refused, not passed on unchecked
+            if self.guarded or judged:  # the guardrails, or the policy, cannot read it: refused, not passed unchecked
                 message = f"the request body is over max_body_bytes={self.settings.max_body_bytes}"
-                await _refuse(send, surface, 413, message, "request_too_large")
+                await refuse(send, surface, 413, message, "request_too_large")
                 return None
             logger.warning(
                 "request body over max_body_bytes=%d: passed through without hooks", self.settings.max_body_bytes
@@ -203,7 +210,7 @@ class AgenticLoopMiddleware:
         except orjson.JSONDecodeError as error:
             # Refused rather than passed on: a lenient app (NaN, a lone surrogate escape) would read it with every
             # hook skipped and internal fields kept.
-            await _refuse(send, surface, 400, f"the request body is not valid JSON: {error}", "invalid_json")
+            await refuse(send, surface, 400, f"the request body is not valid JSON: {error}", "invalid_json")
             return None
         if type(body) is dict:
             changed = has_internal_fields(body)  # fields only trusted server code may set
@@ -220,21 +227,25 @@ class AgenticLoopMiddleware:
             takes_part = bool(self.hooks) and (not streaming or mode is not None) and not compact
             # A stream that passes by the loop is still judged by the guardrails: they judge the request.
             checks_only = not takes_part and bool(self.setup.guardrail_hooks)
-            if (takes_part or checks_only) and too_deep(raw, body):  # the hooks' bodies are written again
+            if (takes_part or checks_only or judged) and too_deep(raw, body):  # the hooks' bodies are written again
                 message = f"the request body is nested more than {MAX_DEPTH} levels deep"
-                await _refuse(send, surface, 400, message, "invalid_request")
+                await refuse(send, surface, 400, message, "invalid_request")
                 return None
-            stream_options = relay = policy = None
+            stream_options = relay = None
+            if judged and not takes_part:  # a request the loop passes by: its own tools judged all the same
+                assert policy is not None
+                problem = wrong_type(body)
+                if problem is not None:
+                    await refuse(send, surface, 400, problem[1], "invalid_request", problem[0])
+                    return None
+                passed = scoped(surface, body, client_own(body, policy), policy)
+                changed, body = changed or passed is not body, passed
             if takes_part or checks_only:
-                if takes_part and self.settings.tool_policy is not None:
-                    read, policy = await self._policy(scope, surface, send)
-                    if not read:
-                        return None
-                problem, code = _wrong_type(body), "invalid_request"
+                problem, code = wrong_type(body), "invalid_request"
                 if problem is None and takes_part and self._may_loop(scope, policy):
                     problem, code = surface.unsupported(body), "unsupported_parameter"
                 if problem is not None:
-                    await _refuse(send, surface, 400, problem[1], code, problem[0])
+                    await refuse(send, surface, 400, problem[1], code, problem[0])
                     return None
                 if streaming and takes_part:
                     stream_options = body.get("stream_options")
@@ -270,10 +281,10 @@ class AgenticLoopMiddleware:
                     streaming and not checks_only,  # passing by: the app's stream goes to the client as it is
                     relay,
                     checks_only,
-                    policy,
+                    policy if takes_part else None,  # else judged above: the loop only hands the body on
                 )
-        elif self.guarded:  # a JSON array, string, number or null, or no body: nothing the guardrails can judge
-            await _refuse(send, surface, 400, "the request body must be a JSON object", "invalid_request")
+        elif self.guarded or judged:  # a JSON array, string, number or null, or no body: nothing a check can judge
+            await refuse(send, surface, 400, "the request body must be a JSON object", "invalid_request")
             return None
         await self.app(scope, replay(raw, receive), send)
         return None
@@ -284,7 +295,7 @@ class AgenticLoopMiddleware:
         try:
             await self.lifecycle.start(self.settings.hook_timeout)
         except Exception as error:
-            await _refuse(send, surface, 503, f"server tools are unavailable: {error}", "hooks_unavailable")
+            await refuse(send, surface, 503, f"server tools are unavailable: {error}", "hooks_unavailable")
             return False
         return True
 
@@ -337,6 +348,24 @@ class AgenticLoopMiddleware:
             return False
         return not isinstance(limit, int) or isinstance(limit, bool) or limit > 0
 
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A websocket on a model route: closed before it opens when a guardrail is mounted, or when the tool policy
+        refuses its caller or judges its tools by name (a policy that fails refuses), as nothing here reads a
+        socket's messages; else the app's."""
+        reason = "guardrails cannot judge websockets" if self.guarded else None
+        if reason is None and self.settings.tool_policy is not None:
+            try:
+                policy = await policy_of(scope, self.settings.tool_policy, self.settings.hook_timeout)
+            except Exception as error:
+                logger.warning("the tool policy refused a websocket: %s: %s", type(error).__name__, error)
+                policy = ToolPolicy(allowed_tools=())
+            if policy is not None and policy.judges_names:
+                reason = "the tool policy cannot judge websockets"
+        if reason is not None:
+            await send({"type": "websocket.close", "code": 1008, "reason": reason})
+        else:
+            await self.app(scope, receive, send)
+
     async def _policy(self, scope: Scope, surface: Surface, send: Send) -> tuple[bool, ToolPolicy | None]:
         """Whether the request's tool policy could be read (policy.py), and the policy, read once per request.
 
@@ -347,13 +376,13 @@ class AgenticLoopMiddleware:
             return True, await policy_of(scope, self.settings.tool_policy, self.settings.hook_timeout)
         except RequestRefused as refused:
             logger.warning("the tool policy refused the request (%d): %s", refused.status, refused)
-            await _refuse(send, surface, refused.status, str(refused), refused.code, refused.param, refused.headers)
+            await refuse(send, surface, refused.status, str(refused), refused.code, refused.param, refused.headers)
         except Exception as error:
             logger.error("the tool policy failed: %s: %s", type(error).__name__, error, exc_info=error)
             message = f"the tool policy could not be read: {type(error).__name__}: {error}"
             if not self.settings.error_details:
                 message = "the tool policy could not be read"
-            await _refuse(send, surface, 503, message, "tool_policy_unavailable")
+            await refuse(send, surface, 503, message, "tool_policy_unavailable")
         return False, None
 
     def stream_mode(self, request: dict[str, Any]) -> str | None:
@@ -375,55 +404,3 @@ class AgenticLoopMiddleware:
             elif value:
                 live = True
         return "buffered" if buffered else "live" if live else None
-
-
-async def _refuse(
-    send: Send,
-    surface: Surface,
-    status: int,
-    message: str,
-    code: str,
-    param: str | None = None,
-    headers: Iterable[tuple[bytes, bytes]] = (),
-) -> None:
-    """An answer of the middleware's own, in the route's error shape; the app is not called."""
-    error = surface.error_body(status, message, code, param)
-    await send(json_start(status, len(error), headers))
-    await send({"type": "http.response.body", "body": error})
-
-
-def _stream_wishes(hooks: Iterable[BoundHook]) -> list[Callable[[dict[str, Any]], Any]]:
-    """What each hook's `agentic_loop_streaming` says of a streaming request: true, "buffered", or false.
-
-    A LiteLLM hook with pre-call methods asks for all, buffered, unless it says otherwise: only they can tell
-    whether they turn the stream into a non-stream (as LiteLLM's web search hook does), after the mode is chosen.
-    """
-    wishes = []
-    for hook in hooks:
-        wish = getattr(hook.hook, "agentic_loop_streaming", None)
-        if callable(wish):
-            wishes.append(wish)
-        elif wish is None and has_pre_call(hook):  # buffered: a stream its pre-call turns off must run buffered
-            wishes.append(lambda request: "buffered")
-        elif wish:
-            wishes.append(lambda request, wish=wish: wish)
-    return wishes
-
-
-# The fields hooks read, on every route, with the types they must have when present.
-_FIELD_TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
-    ("stream", bool, "a boolean"),
-    ("model", str, "a string"),
-    ("messages", list, "an array"),
-    ("input", (str, list), "a string or an array"),  # Responses
-    ("tools", list, "an array"),
-)
-
-
-def _wrong_type(body: dict[str, Any]) -> tuple[str, str] | None:
-    """The field the hooks rely on that has a wrong type, and what is wrong, if any; the app judges everything else."""
-    for name, kind, described in _FIELD_TYPES:
-        value = body.get(name)
-        if value is not None and not isinstance(value, kind):
-            return name, f"{name} must be {described}, got {type(value).__name__}"
-    return None

@@ -1,0 +1,67 @@
+"""What the middleware's entry asks of a request before the loop takes it: the types of the fields the hooks read,
+which streams the hooks want, and its own refusals, in the route's error shape. Apart from middleware.py, whose
+`__call__` and request reading are the seam every request passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from starlette.types import Send
+
+from .asgi import json_start
+from .hooks import BoundHook
+from .precall import has_pre_call
+from .surfaces import Surface
+
+
+async def refuse(
+    send: Send,
+    surface: Surface,
+    status: int,
+    message: str,
+    code: str,
+    param: str | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """An answer of the middleware's own, in the route's error shape; the app is not called."""
+    error = surface.error_body(status, message, code, param)
+    await send(json_start(status, len(error), headers))
+    await send({"type": "http.response.body", "body": error})
+
+
+def stream_wishes(hooks: Iterable[BoundHook]) -> list[Callable[[dict[str, Any]], Any]]:
+    """What each hook's `agentic_loop_streaming` says of a streaming request: true, "buffered", or false.
+
+    A LiteLLM hook with pre-call methods asks for all, buffered, unless it says otherwise: only they can tell
+    whether they turn the stream into a non-stream (as LiteLLM's web search hook does), after the mode is chosen.
+    """
+    wishes = []
+    for hook in hooks:
+        wish = getattr(hook.hook, "agentic_loop_streaming", None)
+        if callable(wish):
+            wishes.append(wish)
+        elif wish is None and has_pre_call(hook):  # buffered: a stream its pre-call turns off must run buffered
+            wishes.append(lambda request: "buffered")
+        elif wish:
+            wishes.append(lambda request, wish=wish: wish)
+    return wishes
+
+
+# The fields hooks read, on every route, with the types they must have when present.
+_FIELD_TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("stream", bool, "a boolean"),
+    ("model", str, "a string"),
+    ("messages", list, "an array"),
+    ("input", (str, list), "a string or an array"),  # Responses
+    ("tools", list, "an array"),
+)
+
+
+def wrong_type(body: dict[str, Any]) -> tuple[str, str] | None:
+    """The field the hooks rely on that has a wrong type, and what is wrong, if any; the app judges everything else."""
+    for name, kind, described in _FIELD_TYPES:
+        value = body.get(name)
+        if value is not None and not isinstance(value, kind):
+            return name, f"{name} must be {described}, got {type(value).__name__}"
+    return None
