@@ -4,15 +4,20 @@ which streams the hooks want, and its own refusals, in the route's error shape. 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from starlette.types import Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start
 from .hooks import BoundHook
+from .policy import ToolPolicy, policy_of
 from .precall import has_pre_call
+from .settings import Settings
 from .surfaces import Surface
+
+logger = logging.getLogger("agentic_middleware")
 
 
 async def refuse(
@@ -65,3 +70,22 @@ def wrong_type(body: dict[str, Any]) -> tuple[str, str] | None:
         if value is not None and not isinstance(value, kind):
             return name, f"{name} must be {described}, got {type(value).__name__}"
     return None
+
+
+async def socket(app: ASGIApp, scope: Scope, receive: Receive, send: Send, guarded: bool, settings: Settings) -> None:
+    """A websocket on a model route: closed before it opens when a guardrail is mounted (`guarded`), or when the tool
+    policy refuses its caller or judges its tools by name (a policy that fails refuses), as nothing here reads a
+    socket's messages; else the app's."""
+    reason = "guardrails cannot judge websockets" if guarded else None
+    if reason is None and settings.tool_policy is not None:
+        try:
+            policy = await policy_of(scope, settings.tool_policy, settings.hook_timeout)
+        except Exception as error:
+            logger.warning("the tool policy refused a websocket: %s: %s", type(error).__name__, error)
+            policy = ToolPolicy(allowed_tools=())
+        if policy is not None and policy.judges_names:
+            reason = "the tool policy cannot judge websockets"
+    if reason is not None:
+        await send({"type": "websocket.close", "code": 1008, "reason": reason})
+    else:
+        await app(scope, receive, send)

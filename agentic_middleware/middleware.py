@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .admission import refuse, stream_wishes, wrong_type
+from .admission import refuse, socket, stream_wishes, wrong_type
 from .asgi import read_body, replay, scope_unencoded, scope_with_body_length
 from .callers import Caller
 from .chains import ChainStore, chains_of, hooks_store
@@ -25,7 +25,8 @@ from .loop import AgenticLoop
 from .loop_setup import LoopSetup
 from .observe import Observer, RoundCallback
 from .payload import MAX_DEPTH, own_size, too_deep
-from .policy import PolicyFunction, ToolPolicy, client_own, policy_of, scoped
+from .policy import PROMPT_REFUSED, PolicyFunction, ToolPolicy, client_own, policy_of, scoped
+from .policy_forms import RESPONSES
 from .precall import has_pre_call
 from .routes import warn_uncovered
 from .shown import ShownIds
@@ -136,7 +137,7 @@ class AgenticLoopMiddleware:
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
             elif scope["type"] == "websocket" and self.surface_of(scope["path"]) is not None:
-                await self._socket(scope, receive, send)
+                await socket(self.app, scope, receive, send, self.guarded, self.settings)
             elif (counted := self._count_route(scope)) is not None:
                 await self._count(counted, scope, receive, send)
             elif (last := self._beside_responses(scope)) is not None:
@@ -232,6 +233,10 @@ class AgenticLoopMiddleware:
                 await refuse(send, surface, 400, message, "invalid_request")
                 return None
             stream_options = relay = None
+            if judged and surface.name == RESPONSES and body.get("prompt") is not None:
+                # A stored prompt may carry tools of its own, which nothing here can read: refused (fail closed).
+                await refuse(send, surface, 403, PROMPT_REFUSED, "tool_policy_refused", "prompt")
+                return None
             if judged and not takes_part:  # a request the loop passes by: its own tools judged all the same
                 assert policy is not None
                 problem = wrong_type(body)
@@ -300,11 +305,11 @@ class AgenticLoopMiddleware:
         return True
 
     def _compact_judged(self, scope: Scope) -> Surface | None:
-        """With a guardrail mounted, the format of a POST the guardrails judge as a request that does not loop; else
-        None. `<Responses route>/compact`: the conversation goes to the model to be compacted. A route or that path
+        """With a guardrail or a tool policy mounted, the format of a POST they judge as a request that does not loop;
+        else None. `<Responses route>/compact`: the conversation goes to the model to be compacted. A route or that path
         with a trailing slash (`/v1/messages/`): many servers answer it as the route, and an app with a catch-all
         (a proxy) hands it on as it came; not looped, as the loop's calls would go to the app at that spelling."""
-        if not self.setup.guardrail_hooks or scope["type"] != "http" or scope["method"] != "POST":
+        if not (self.setup.guardrail_hooks or self.settings.tool_policy) or scope.get("method") != "POST":
             return None
         path = scope["path"]
         if path.endswith("/") and (surface := self.surface_of(path[:-1])) is not None:
@@ -314,9 +319,9 @@ class AgenticLoopMiddleware:
         return surface if surface is not None and surface.chains_by_id else None
 
     def _count_route(self, scope: Scope) -> Surface | None:
-        """For `POST <Messages route>/count_tokens` or `POST <Responses route>/input_tokens` with a tool hook
-        mounted, the route's format: the count is to hold the tools the route's own request would get."""
-        if not self.tool_hooks or scope["type"] != "http" or scope["method"] != "POST":
+        """For `POST <Messages route>/count_tokens` or `POST <Responses route>/input_tokens` with a tool hook or a
+        tool policy mounted, the route's format: the count is to hold the tools the route's own request would get."""
+        if not (self.tool_hooks or self.settings.tool_policy) or scope.get("method") != "POST":
             return None
         base, _, last = scope["path"].rpartition("/")
         surface = self.surface_of(base) if last in COUNT_ENDPOINTS.values() else None
@@ -347,24 +352,6 @@ class AgenticLoopMiddleware:
         if policy is not None and policy.max_agentic_loops == 0:
             return False
         return not isinstance(limit, int) or isinstance(limit, bool) or limit > 0
-
-    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A websocket on a model route: closed before it opens when a guardrail is mounted, or when the tool policy
-        refuses its caller or judges its tools by name (a policy that fails refuses), as nothing here reads a
-        socket's messages; else the app's."""
-        reason = "guardrails cannot judge websockets" if self.guarded else None
-        if reason is None and self.settings.tool_policy is not None:
-            try:
-                policy = await policy_of(scope, self.settings.tool_policy, self.settings.hook_timeout)
-            except Exception as error:
-                logger.warning("the tool policy refused a websocket: %s: %s", type(error).__name__, error)
-                policy = ToolPolicy(allowed_tools=())
-            if policy is not None and policy.judges_names:
-                reason = "the tool policy cannot judge websockets"
-        if reason is not None:
-            await send({"type": "websocket.close", "code": 1008, "reason": reason})
-        else:
-            await self.app(scope, receive, send)
 
     async def _policy(self, scope: Scope, surface: Surface, send: Send) -> tuple[bool, ToolPolicy | None]:
         """Whether the request's tool policy could be read (policy.py), and the policy, read once per request.

@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as attribute
+from types import MappingProxyType
 from typing import Any
 
 from starlette.types import Scope
@@ -30,6 +32,9 @@ DENIED = "Not run: this caller may not use the tool {name!r}. Go on without it."
 HELD_BACK = (
     "Not run: this turn also called {denied}, which this caller may not use, so none of its server calls ran. "
     "Call {name!r} again, without {denied}, if you still need it."
+)
+PROMPT_REFUSED = (
+    "this caller's tool policy does not allow a stored prompt (`prompt`): the tools it may carry cannot be judged"
 )
 
 
@@ -55,22 +60,34 @@ class ToolPolicy:
 
     `allowed_tools`: the tool names (or shell patterns) the caller may use, None for all; `denied_tools`: those it
     may not, applied after `allowed_tools`; both name tools as the model sees them (an MCP tool with its `prefix`).
-    `max_agentic_loops` caps the request's loop limit (whatever else sets it), None for no cap. `ToolPolicy()`
-    allows everything, as no policy does.
+    `max_agentic_loops` caps the request's loop limit (whatever else sets it), None for no cap. `hosted_mcp`: the
+    MCP servers the model app may connect to for this caller (OpenAI's `mcp` tool, Anthropic's `mcp_servers`), each
+    label bound to its server's URL (or OpenAI `connector_id`), `{"docs": "https://docs.example/mcp"}`; a hosted MCP
+    entry is judged (as `<label>_<tool>`) only when its label and server are bound so, else not declared, under any
+    policy that judges names. Setting it makes a policy judge names. `ToolPolicy()` allows everything, as no policy
+    does.
     """
 
     allowed_tools: tuple[str, ...] | None = None
     denied_tools: tuple[str, ...] | None = None
     max_agentic_loops: int | None = None
+    hosted_mcp: Mapping[str, str] | None = attribute(default=None, hash=False)  # a mapping is not hashable
 
     def __init__(
         self,
         allowed_tools: str | Iterable[str] | None = None,
         denied_tools: str | Iterable[str] | None = None,
         max_agentic_loops: int | None = None,
+        hosted_mcp: Mapping[str, str] | None = None,
     ) -> None:
         object.__setattr__(self, "allowed_tools", names_of(allowed_tools, "allowed_tools", "ToolPolicy"))
         object.__setattr__(self, "denied_tools", names_of(denied_tools, "denied_tools", "ToolPolicy") or None)
+        if hosted_mcp is not None and not (
+            isinstance(hosted_mcp, Mapping)
+            and all(isinstance(key, str) and key and isinstance(url, str) and url for key, url in hosted_mcp.items())
+        ):
+            raise ConfigurationError(f"ToolPolicy hosted_mcp must map labels to server URLs, got {hosted_mcp!r}")
+        object.__setattr__(self, "hosted_mcp", None if hosted_mcp is None else MappingProxyType(dict(hosted_mcp)))
         limit = max_agentic_loops
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise ConfigurationError(f"ToolPolicy max_agentic_loops must be a whole number >= 0, got {limit!r}")
@@ -79,7 +96,7 @@ class ToolPolicy:
     @property
     def judges_names(self) -> bool:
         """Whether some tool name may be refused (else only the loop limit is capped)."""
-        return self.allowed_tools is not None or self.denied_tools is not None
+        return self.allowed_tools is not None or self.denied_tools is not None or self.hosted_mcp is not None
 
     def allows(self, name: str) -> bool:
         """Whether the caller may use the tool the model knows as `name`."""
@@ -124,6 +141,7 @@ def client_own(body: dict[str, Any], policy: ToolPolicy | None) -> frozenset[byt
 
 
 _NOTHING_OWN: frozenset[bytes] = frozenset()  # one for every request without a policy: `frozenset()` makes a new one
+_NO_SERVERS: Mapping[str, str] = MappingProxyType({})  # no hosted MCP server bound: none declared
 
 
 def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy: ToolPolicy) -> dict[str, Any]:
@@ -139,7 +157,8 @@ def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy
     if not policy.judges_names:
         return body
     route = surface.name
-    body = scoped_fields(route, body, own, policy.allows)
+    hosted = policy.hosted_mcp or _NO_SERVERS
+    body = scoped_fields(route, body, own, policy.allows, hosted)
     tools = body.get("tools")
     if tools is None:
         return body
@@ -149,7 +168,7 @@ def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy
         if own and client_runs(route, form) and canonical(tool) in own:
             kept.append(tool)
             continue
-        names = judged_names(route, form)
+        names = judged_names(route, form, hosted)
         if names is not None and all(map(policy.allows, names)):
             kept.append(tool)
     if isinstance(tools, list) and len(kept) == len(tools):

@@ -10,6 +10,7 @@ client's own function and custom tools, which the client runs itself, stay decla
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -48,27 +49,63 @@ def client_runs(route: str, tool: Any) -> bool:
     return kind is None or kind == "custom" or (kind == "function" and route != MESSAGES)
 
 
-def judged_names(route: str, tool: Any) -> tuple[str, ...] | None:
+def judged_names(route: str, tool: Any, hosted_mcp: Mapping[str, str]) -> tuple[str, ...] | None:
     """The names a tool must all be allowed by to be declared; None when it has none the policy can match.
 
-    A function or custom tool, and any Messages tool (Anthropic's server tools have a `name`: `web_search`,
-    `code_execution`...), by its one name (`tool_name`); on Responses, a hosted web search of any version by
-    `web_search`, an `mcp` tool by each of its `allowed_tools` behind its `server_label` (`docs_define` for the tool
-    `define` of `docs`, as `MCPTools(prefix=...)` names its tools), any other hosted tool by its type."""
-    if client_runs(route, tool) or route == MESSAGES:
+    One reading for every route, so that a form is judged alike wherever it is sent. A function or custom tool the
+    client runs, by its one name (`tool_name`). Any other, a tool the app may run, by its type's family (`family`:
+    `web_search` for every hosted web search, `web_fetch` for `web_fetch_20250910`), and by its `name` too when it
+    carries one (Anthropic's server tools, which LiteLLM also takes on Chat); an `mcp` tool by each of its
+    `allowed_tools` behind its `server_label` (`docs_define` for the tool `define` of `docs`, as
+    `MCPTools(prefix="docs")` names its tools), only when that label is bound to the very server the tool connects to
+    (`hosted_mcp`: the label is the client's to choose, the server is not)."""
+    if client_runs(route, tool):
         name = tool_name(tool)
         return None if name is None else (name,)
     kind = part(tool, "type")
     if not isinstance(kind, str) or not kind:
         return None
-    if route == RESPONSES and (kind == WEB_SEARCH or kind.startswith(f"{WEB_SEARCH}_")):
-        return (WEB_SEARCH,)
-    if route == RESPONSES and kind == "mcp":
+    kind = family(kind)
+    if kind == "mcp_toolset":  # Anthropic's: a server's tools by its per-tool configs, not read here (fail closed)
+        return None
+    if kind == "mcp":
         allowed = part(tool, "allowed_tools")
         if isinstance(allowed, Mapping):  # the filter form, `{"tool_names": [...], "read_only": true}`
             allowed = part(allowed, "tool_names")
-        return mcp_names(part(tool, "server_label"), allowed)
-    return (kind,)
+        label = part(tool, "server_label")
+        return mcp_names(label, allowed) if bound(hosted_mcp, label, _server_of(tool)) else None
+    name = tool_name(tool)
+    if name is None:
+        named = part(tool, "name") is not None or any(
+            part(tool, holder) is not None for holder in ("function", "custom")
+        )
+        return None if named else (kind,)  # names that disagree: no one's (fail closed)
+    return (kind,) if name == kind else (kind, name)
+
+
+_DATED = re.compile(r"_(?:\d{8}|\d{4}_\d{2}_\d{2})$")  # `_20250305` (Anthropic), `_2025_08_26` (OpenAI)
+
+
+def family(kind: str) -> str:
+    """The one name a typed tool's family is judged by, whichever version the client asks for: its type without a
+    date (`web_fetch_20250910` is `web_fetch`, `code_execution_20250825` is `code_execution`), and every web search
+    (`web_search_preview`, `web_search_preview_2025_03_11`, `web_search_20250305`) as `web_search`, the name of the
+    shipped search and of Anthropic's."""
+    kind = _DATED.sub("", kind)
+    return WEB_SEARCH if kind == WEB_SEARCH or kind.startswith(f"{WEB_SEARCH}_") else kind
+
+
+def _server_of(tool: Any) -> Any:
+    """The server a hosted `mcp` tool connects to: its `server_url`, or its `connector_id` (OpenAI's connectors);
+    None when it gives both or neither, which no binding matches."""
+    url, connector = part(tool, "server_url"), part(tool, "connector_id")
+    return None if (url is None) == (connector is None) else url if url is not None else connector
+
+
+def bound(hosted_mcp: Mapping[str, str], label: Any, server: Any) -> bool:
+    """Whether the operator bound this label to this server (`ToolPolicy(hosted_mcp={label: url})`), compared as
+    strings exactly: a URL spelled otherwise (a trailing `/`, another case) is another server, refused."""
+    return isinstance(label, str) and isinstance(server, str) and hosted_mcp.get(label) == server
 
 
 def mcp_names(label: Any, tools: Any) -> tuple[str, ...] | None:
@@ -81,9 +118,11 @@ def mcp_names(label: Any, tools: Any) -> tuple[str, ...] | None:
     return tuple(f"{label}_{name}" for name in tools)
 
 
-def _mcp_server_names(server: Any) -> tuple[str, ...] | None:
-    """Anthropic's `mcp_servers` entry: its `tool_configuration.allowed_tools` behind its `name`; none with its
-    tools turned off (`enabled: false`)."""
+def _mcp_server_names(server: Any, hosted_mcp: Mapping[str, str]) -> tuple[str, ...] | None:
+    """Anthropic's `mcp_servers` entry, when its `name` is bound to its `url`: its `tool_configuration.allowed_tools`
+    behind its `name`; none with its tools turned off (`enabled: false`)."""
+    if not bound(hosted_mcp, part(server, "name"), part(server, "url")):
+        return None
     config = part(server, "tool_configuration")
     if config is not None and part(config, "enabled") is False:
         return ()
@@ -91,7 +130,11 @@ def _mcp_server_names(server: Any) -> tuple[str, ...] | None:
 
 
 def scoped_fields(
-    route: str, body: dict[str, Any], own: frozenset[bytes], allows: Callable[[str], bool]
+    route: str,
+    body: dict[str, Any],
+    own: frozenset[bytes],
+    allows: Callable[[str], bool],
+    hosted_mcp: Mapping[str, str],
 ) -> dict[str, Any]:
     """The body without the tools it declares outside `tools` that the caller may not use: Chat's legacy `functions`
     (a client's own entry stays, as its own tools do; `function_call` goes with the last), its `web_search_options`
@@ -111,7 +154,11 @@ def scoped_fields(
             dropped["web_search_options"] = None
     elif route == MESSAGES and "mcp_servers" in body:
         servers = body["mcp_servers"]
-        kept = [s for s in (servers if isinstance(servers, list) else ()) if _allowed(_mcp_server_names(s), allows)]
+        kept = [
+            s
+            for s in (servers if isinstance(servers, list) else ())
+            if _allowed(_mcp_server_names(s, hosted_mcp), allows)
+        ]
         if not isinstance(servers, list) or len(kept) != len(servers):
             dropped["mcp_servers"] = kept or None
     if not dropped:

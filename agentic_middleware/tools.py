@@ -365,3 +365,21 @@ def share_tools(hooks: Iterable[object]) -> None:
     family = tuple(hook for hook in hooks if isinstance(hook, ServerTools))
     for hook in family:
         hook.peers = family
+    warn_nested_prefixes(getattr(hook, "prefix", None) for hook in family)
+
+
+def warn_nested_prefixes(prefixes: Iterable[object]) -> None:
+    """Warn of MCP prefixes one of which is another's and `_` (`docs`, `docs_admin`): a tool policy's pattern for
+    the one server's tools (`docs_*`) matches the other's too, as a name cannot tell where a prefix ends."""
+    named = sorted({prefix for prefix in prefixes if isinstance(prefix, str) and prefix})
+    for outer in named:
+        for inner in named:
+            if inner.startswith(f"{outer}_"):
+                logger.warning(
+                    "MCP prefixes %r and %r nest: a tool policy pattern %r matches the tools of both; "
+                    "name %r's tools one by one, or give the servers prefixes neither of which begins the other",
+                    outer,
+                    inner,
+                    f"{outer}_*",
+                    outer,
+                )

@@ -23,8 +23,11 @@ from agentic_middleware.testing import ScriptedModel
 @pytest.fixture(autouse=True)
 def callers() -> None:
     RAN.clear()
-    POLICIES["gina"] = ToolPolicy(allowed_tools=["lookup", "docs_*"])
+    POLICIES["gina"] = ToolPolicy(allowed_tools=["lookup", "docs_*"], hosted_mcp=HOSTED)
     KEYS["gina-key"] = "gina"
+
+
+HOSTED = {"docs": "https://docs.example/mcp"}  # the hosted MCP server Gina's requests may name, by its URL
 
 
 def first_tools(model: Model) -> Any:
@@ -181,9 +184,10 @@ MESSAGES_SERVERS_KEPT = [
         "name": "docs",
         "tool_configuration": {"allowed_tools": ["define"]},
     },
-    {"type": "url", "url": "https://db.example/mcp", "name": "db", "tool_configuration": {"enabled": False}},
+    {"type": "url", "url": "https://docs.example/mcp", "name": "docs", "tool_configuration": {"enabled": False}},
 ]
 MESSAGES_SERVERS_DROPPED = [
+    {"type": "url", "url": "https://db.example/mcp", "name": "db", "tool_configuration": {"enabled": False}},  # unbound
     {"type": "url", "url": "https://db.example/mcp", "name": "db"},  # all of its tools: none named
     {"type": "url", "url": "https://db.example/mcp", "name": "db", "tool_configuration": {"allowed_tools": ["drop"]}},
 ]
@@ -215,7 +219,7 @@ async def test_a_token_count_is_judged_as_the_request_it_counts() -> None:
     """The count the client asks for is of the request the model app would be sent: without the denied MCP server
     and the app's web search."""
     model = ScriptedModel(default={"input_tokens": 1})
-    policy = ToolPolicy(allowed_tools=["lookup", "docs_*"])
+    policy = ToolPolicy(allowed_tools=["lookup", "docs_*"], hosted_mcp=HOSTED)
     app = AgenticLoopMiddleware(model, hooks=[ServerTools([])], tool_policy=lambda scope: policy)
     search = {"type": "web_search_20250305", "name": "web_search"}
     body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [search]}

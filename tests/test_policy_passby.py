@@ -144,3 +144,21 @@ async def test_a_websocket_on_a_model_route_is_closed_for_a_caller_the_policy_re
     assert (sent[0]["type"], bool(reached)) == (("websocket.close", False) if closed else ("websocket.accept", True))
     if closed:
         assert sent[0]["code"] == 1008
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/messages/", "/v1/chat/completions/", "/v1/responses/compact", "/v1/messages/count_tokens"]
+)
+async def test_the_paths_beside_a_model_route_are_judged_too(path: str) -> None:
+    """A trailing slash (an app with a catch-all answers it as the route), a compaction and a token count, with no
+    hook mounted: a stranger is refused, and Bob's web search does not reach the app; Alice's does."""
+    model = Model()
+    app = middleware(model, [])
+    route = "messages" if path.startswith("/v1/messages") else "chat" if "chat" in path else "responses"
+    body = body_of(route, tools=[SEARCH])
+    async with http_client(app) as client:
+        assert (await client.post(path, json=body, headers={"x-api-key": "stranger"})).status_code == 403
+        for key in ("bob", "alice"):
+            await client.post(path, json=body, headers={"x-api-key": key})
+    assert [request.path for request in model.requests] == [path, path]
+    assert [request.body.get("tools") for request in model.requests] == [None, [SEARCH]]
