@@ -18,6 +18,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from guardrail_kit import SAID, WORD, WordBlock
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -34,27 +35,6 @@ from agentic_middleware.testing import (
     tool_call,
     tool_use,
 )
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-litellm = pytest.importorskip("litellm")
-
-from fastapi import HTTPException  # noqa: E402
-from litellm.integrations.custom_guardrail import CustomGuardrail  # noqa: E402
-
-WORD = "pineapple"
-SAID = f"the {WORD} is here"
-
-
-class WordBlock(CustomGuardrail):
-    """Blocks any request with WORD in a text it is given, as a LiteLLM user writes one."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True)
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        if any(WORD in text for text in inputs["texts"]):
-            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
-        return inputs
 
 
 def answer(request: RecordedRequest) -> dict[str, Any]:

@@ -10,57 +10,37 @@ Each guardrail is a real LiteLLM `CustomGuardrail`; the client is httpx on the m
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
 import orjson
 import pytest
 from conftest import http_client
-from fastapi import HTTPException
+from guardrail_kit import SAID, WORD, Masking, WordBlock, masked
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-pytest.importorskip("litellm")
-
-from litellm.integrations.custom_guardrail import CustomGuardrail
-
-WORD = "pineapple"
-SAID = f"the {WORD} is here"
+ANSWERS = {"/v1/messages": message, "/v1/responses": response, "/v1/chat/completions": chat_completion}
 
 
-class WordBlock(CustomGuardrail):
-    """Blocks WORD in any text or tool call it is given, with LiteLLM's HTTPException."""
-
-    def __init__(self, skip_system: bool = False, skip_tool: bool = False) -> None:
-        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True)
-        self.skip_system_message_in_guardrail = skip_system
-        self.skip_tool_message_in_guardrail = skip_tool
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        arguments = [call["function"]["arguments"] for call in inputs.get("tool_calls") or ()]
-        if any(WORD in text for text in [*inputs["texts"], *arguments]):
-            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
-        return inputs
+async def refusal(path: str, body: dict[str, Any], guard: Any = None) -> Any:
+    """The error body of the 400 `body` on `path` is refused with (by WordBlock unless told); the app is not called."""
+    model = ScriptedModel(default=ANSWERS[path]("never"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard or WordBlock("arguments")])) as http:
+        got = await http.post(path, json=body)
+    assert got.status_code == 400
+    assert model.requests == []
+    return got.json()
 
 
-class Masking(CustomGuardrail):
-    """Rewrites WORD in every text and tool call it is given, returning them to be written back."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="mask", event_hook="pre_call", default_on=True)
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        masked = {**inputs, "texts": [text.replace(WORD, "masked") for text in inputs["texts"]]}
-        if inputs.get("tool_calls"):
-            masked["tool_calls"] = orjson.loads(orjson.dumps(inputs["tool_calls"]).replace(WORD.encode(), b"masked"))
-        return masked
-
-
-def masked(value: Any) -> Any:
-    """The value with WORD masked wherever it stands, keys included: what the app must get after a mask."""
-    return orjson.loads(orjson.dumps(value).replace(WORD.encode(), b"masked"))
+async def masked_request(path: str, body: dict[str, Any]) -> Any:
+    """The body the app got for `body` on `path` under Masking, after asserting no WORD reached it."""
+    model = ScriptedModel(default=ANSWERS[path]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Masking("all")])) as http:
+        got = await http.post(path, json=body)
+    assert got.status_code == 200
+    assert WORD not in model.requests[0].raw.decode()
+    return model.requests[0].body
 
 
 DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}, "title": "t"}
@@ -141,24 +121,15 @@ def messages_body(blocks: list[Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("where", list(MESSAGES_CASES))
 async def test_messages_a_blocked_word_in_any_record_or_unknown_block_is_refused(where: str) -> None:
-    model = ScriptedModel(default=message("never"))
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post("/v1/messages", json=messages_body(MESSAGES_CASES[where]))
-    assert got.status_code == 400
-    assert got.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": f"blocked: {WORD}"}}
-    assert model.requests == []
+    error = await refusal("/v1/messages", messages_body(MESSAGES_CASES[where]))
+    assert error == {"type": "error", "error": {"type": "invalid_request_error", "message": f"blocked: {WORD}"}}
 
 
 @pytest.mark.parametrize("where", list(MESSAGES_CASES))
 async def test_messages_a_mask_is_written_back_into_the_very_field(where: str) -> None:
-    model = ScriptedModel(default=message("ok"))
     body = messages_body(MESSAGES_CASES[where])
-    async with http_client(AgenticLoopMiddleware(model, hooks=[Masking()])) as http:
-        got = await http.post("/v1/messages", json=body)
-    assert got.status_code == 200
-    sent = model.requests[0].body
+    sent = await masked_request("/v1/messages", body)
     assert sent["messages"] == masked(body["messages"])  # that field masked, every other one as the client sent it
-    assert WORD not in model.requests[0].raw.decode()
 
 
 @pytest.mark.parametrize(
@@ -176,11 +147,7 @@ async def test_messages_a_mask_is_written_back_into_the_very_field(where: str) -
     ids=["an unknown system block", "an unknown part of a tool_result"],
 )
 async def test_messages_unknown_blocks_elsewhere_are_judged_too(body: dict[str, Any]) -> None:
-    body = {"model": "c", "max_tokens": 9, **body}
-    model = ScriptedModel(default=message("never"))
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post("/v1/messages", json=body)
-    assert got.status_code == 400 and model.requests == []
+    await refusal("/v1/messages", {"model": "c", "max_tokens": 9, **body})
 
 
 ANSWERED = {"type": "message", "role": "assistant", "status": "completed", "id": "msg_1"}
@@ -295,29 +262,20 @@ def responses_body(item: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("where", list(RESPONSES_CASES))
 async def test_responses_a_blocked_word_in_any_record_or_unknown_item_is_refused(where: str) -> None:
-    model = ScriptedModel(default=response("never"))
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post("/v1/responses", json=responses_body(RESPONSES_CASES[where]))
-    assert got.status_code == 400
-    assert got.json()["error"]["message"] == f"blocked: {WORD}"
-    assert model.requests == []
+    error = await refusal("/v1/responses", responses_body(RESPONSES_CASES[where]))
+    assert error["error"]["message"] == f"blocked: {WORD}"
 
 
 @pytest.mark.parametrize("where", list(RESPONSES_CASES))
 async def test_responses_a_mask_is_written_back_into_the_very_field(where: str) -> None:
-    model = ScriptedModel(default=response("ok"))
     body = responses_body(RESPONSES_CASES[where])
-    async with http_client(AgenticLoopMiddleware(model, hooks=[Masking()])) as http:
-        got = await http.post("/v1/responses", json=body)
-    assert got.status_code == 200
-    assert model.requests[0].body["input"] == masked(body["input"])
-    assert WORD not in model.requests[0].raw.decode()
+    assert (await masked_request("/v1/responses", body))["input"] == masked(body["input"])
 
 
 async def test_a_document_with_its_citations_setting_is_judged_not_refused_as_unreadable() -> None:
     model = ScriptedModel(default=message("ok"))
     cited = {**DOCUMENT, "citations": {"enabled": True}}
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock("arguments")])) as http:
         fine = await http.post("/v1/messages", json=messages_body([cited]))
         blocked = await http.post("/v1/messages", json=messages_body([{**cited, "title": SAID}]))
     assert fine.status_code == 200 and blocked.status_code == 400
@@ -325,12 +283,8 @@ async def test_a_document_with_its_citations_setting_is_judged_not_refused_as_un
 
 
 async def test_chat_a_blocked_word_in_an_unknown_part_is_refused() -> None:
-    model = ScriptedModel(default=chat_completion("never"))
     body = {"model": "g", "messages": [{"role": "user", "content": [{"type": "x_part", "x": {"said": SAID}}]}]}
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post("/v1/chat/completions", json=body)
-    assert got.status_code == 400 and got.json()["error"]["message"] == f"blocked: {WORD}"
-    assert model.requests == []
+    assert (await refusal("/v1/chat/completions", body))["error"]["message"] == f"blocked: {WORD}"
 
 
 @pytest.mark.parametrize(
@@ -349,7 +303,7 @@ async def test_responses_an_item_claiming_a_role_is_not_skipped_with_system_or_t
     item: dict[str, Any],
 ) -> None:
     model = ScriptedModel(default=response("ok"))
-    app = AgenticLoopMiddleware(model, hooks=[WordBlock(skip_system=True, skip_tool=True)])
+    app = AgenticLoopMiddleware(model, hooks=[WordBlock("arguments", skip_system=True, skip_tool=True)])
     async with http_client(app) as http:
         got = await http.post("/v1/responses", json=responses_body(item))
         assert got.status_code == 400 and model.requests == []
@@ -366,13 +320,10 @@ async def test_responses_an_item_claiming_a_role_is_not_skipped_with_system_or_t
 
 
 async def test_a_mask_that_would_merge_two_keys_is_refused_not_half_written() -> None:
-    model = ScriptedModel(default=message("never"))
     call = {"type": "mcp_tool_use", "id": "m1", "name": "read", "server_name": "s", "input": {SAID: 1}}
     call["input"]["the masked is here"] = 2
-    async with http_client(AgenticLoopMiddleware(model, hooks=[Masking()])) as http:
-        got = await http.post("/v1/messages", json=messages_body([call]))
-    assert got.status_code == 400 and "merge two keys" in got.json()["error"]["message"]
-    assert model.requests == []
+    error = await refusal("/v1/messages", messages_body([call]), Masking("all"))
+    assert "merge two keys" in error["error"]["message"]
 
 
 @pytest.mark.parametrize("route", ["/v1/messages", "/v1/responses"])
@@ -380,20 +331,14 @@ async def test_an_unknown_block_nested_too_deep_to_walk_is_refused_in_the_routes
     nested: Any = SAID
     for _ in range(100):
         nested = [nested]
-    model = ScriptedModel(default=message("never"))
     block = {"type": "x_future", "deep": nested}
     body = messages_body([block]) if route == "/v1/messages" else responses_body(block)
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post(route, json=body)
-    assert got.status_code == 400
-    error = got.json()["error"]
+    error = (await refusal(route, body))["error"]
     assert "nested deeper than" in error["message"] and "the guardrails cannot read it" in error["message"]
-    assert model.requests == []
 
 
 @pytest.mark.parametrize("route", ["/v1/messages", "/v1/responses", "/v1/chat/completions"])
 async def test_a_block_whose_type_is_not_a_string_is_refused_in_the_routes_shape(route: str) -> None:
-    model = ScriptedModel(default=message("never"))
     block = {"type": [SAID], "text": "hi"}
     if route == "/v1/messages":
         body = messages_body([block])
@@ -401,8 +346,5 @@ async def test_a_block_whose_type_is_not_a_string_is_refused_in_the_routes_shape
         body = responses_body(block)
     else:
         body = {"model": "g", "messages": [{"role": "user", "content": [block]}]}
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post(route, json=body)
-    assert got.status_code == 400
-    assert got.json()["error"]["message"] == "the request holds a type that is list: the guardrails cannot read it"
-    assert model.requests == []
+    message_ = (await refusal(route, body))["error"]["message"]
+    assert message_ == "the request holds a type that is list: the guardrails cannot read it"

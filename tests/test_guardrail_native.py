@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import os
 from typing import Any
 
 import anthropic
@@ -19,45 +18,14 @@ import openai
 import orjson
 import pytest
 from conftest import anthropic_client, http_client, openai_client
-from fastapi import HTTPException
+from guardrail_kit import SAID, WORD, Masking, WordBlock
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
 from agentic_middleware.native import Source, decode_text, encode_text, format_sources, search_result
 from agentic_middleware.testing import ScriptedModel, message, response
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-pytest.importorskip("litellm")
-
-from litellm.integrations.custom_guardrail import CustomGuardrail
-
-WORD = "pineapple"
-SAID = f"the {WORD} is here"
 MASKED = "the masked is here"
 URL = "https://a.test/page"
-
-
-class WordBlock(CustomGuardrail):
-    """Blocks WORD in any text it is given, with LiteLLM's HTTPException."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True)
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        if any(WORD in text for text in inputs["texts"]):
-            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
-        return inputs
-
-
-class Masking(CustomGuardrail):
-    """Rewrites WORD in every text it is given; keeps the texts it was given."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="mask", event_hook="pre_call", default_on=True)
-        self.given: list[list[str]] = []
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        self.given.append(list(inputs["texts"]))
-        return {**inputs, "texts": [text.replace(WORD, "masked") for text in inputs["texts"]]}
 
 
 def served() -> ServerTools:
@@ -158,7 +126,7 @@ async def test_messages_a_mask_of_a_forged_search_reaches_the_app_in_its_turned_
     )
 
     # the query (the input's key and the tool's name too), the title, URL and decoded page
-    assert [SAID, "query", "web_search", SAID, URL, f"Page: {SAID}."] == guard.given[0][1:7]
+    assert [SAID, "query", "web_search", SAID, URL, f"Page: {SAID}."] == guard.calls[0][1:7]
     turns = model.requests[0].body["messages"]
     assert turns[1]["content"] == [
         {"type": "tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": MASKED}}
@@ -219,7 +187,7 @@ async def test_an_unchanged_request_with_native_records_reaches_the_app_byte_for
     async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
         got = await http.post(path, content=body_bytes, headers={"content-type": "application/json"})
     assert got.status_code == 200
-    assert "About A." in guard.given[0]
+    assert "About A." in guard.calls[0]
     assert model.requests[0].raw == body_bytes
 
 

@@ -8,7 +8,6 @@ Each guardrail is a real LiteLLM `CustomGuardrail`; the clients are the official
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anthropic
@@ -17,57 +16,10 @@ import orjson
 import pytest
 from conftest import anthropic_client, http_client, openai_client
 from fastapi import HTTPException
+from guardrail_kit import SAID, WORD, CustomGuardrail, Masking, WordBlock
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-pytest.importorskip("litellm")
-
-from litellm.integrations.custom_guardrail import CustomGuardrail
-
-WORD = "pineapple"
-SAID = f"the {WORD} is here"
-
-
-class WordBlock(CustomGuardrail):
-    """Blocks WORD in any text or tool call it is given, with LiteLLM's HTTPException; records the tool calls."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True)
-        self.tool_calls: list[Any] = []
-        self.images: list[Any] = []
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        self.tool_calls.append(inputs.get("tool_calls"))
-        self.images.append(inputs.get("images"))
-        arguments = [call["function"]["arguments"] for call in inputs.get("tool_calls") or ()]
-        if any(WORD in text for text in [*inputs["texts"], *arguments]):
-            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
-        return inputs
-
-
-class Masking(CustomGuardrail):
-    """Rewrites WORD in every text and tool call's arguments it is given, returning them to be written back."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="mask", event_hook="pre_call", default_on=True)
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        masked = {**inputs, "texts": [text.replace(WORD, "masked") for text in inputs["texts"]]}
-        if inputs.get("tool_calls"):
-            masked["tool_calls"] = [
-                {
-                    **call,
-                    "function": {
-                        **call["function"],
-                        "arguments": call["function"]["arguments"].replace(WORD, "masked"),
-                    },
-                }
-                for call in inputs["tool_calls"]
-            ]
-        return masked
-
 
 TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}
 DOCUMENT_TEXT = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": SAID}}
@@ -108,7 +60,7 @@ def messages_of(where: str) -> list[Any]:
 )
 async def test_messages_a_blocked_word_in_documents_results_and_tool_calls_is_blocked(where: str) -> None:
     model = ScriptedModel(message("never"))
-    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[WordBlock()]))
+    client = anthropic_client(AgenticLoopMiddleware(model, hooks=[WordBlock("arguments")]))
     with pytest.raises(anthropic.BadRequestError) as raised:
         await client.messages.create(model="c", max_tokens=9, messages=messages_of(where))
     assert raised.value.status_code == 400
@@ -142,7 +94,7 @@ def chat_of(where: str) -> list[Any]:
 @pytest.mark.parametrize("where", ["assistant refusal", "tool_calls arguments", "legacy function_call"])
 async def test_chat_a_blocked_word_in_refusals_and_tool_calls_is_blocked(where: str) -> None:
     model = ScriptedModel(chat_completion("never"))
-    client = openai_client(AgenticLoopMiddleware(model, hooks=[WordBlock()]))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[WordBlock("arguments")]))
     with pytest.raises(openai.BadRequestError):
         await client.chat.completions.create(model="g", messages=chat_of(where))
     assert model.requests == []
@@ -172,14 +124,14 @@ def responses_input(where: str) -> list[Any]:
 )
 async def test_responses_a_blocked_word_in_refusals_summaries_and_calls_is_blocked(where: str) -> None:
     model = ScriptedModel(response("never"))
-    client = openai_client(AgenticLoopMiddleware(model, hooks=[WordBlock()]))
+    client = openai_client(AgenticLoopMiddleware(model, hooks=[WordBlock("arguments")]))
     with pytest.raises(openai.BadRequestError):
         await client.responses.create(model="g", input=responses_input(where))  # type: ignore[arg-type]
     assert model.requests == []
 
 
 async def test_tool_calls_come_as_litellms_proxy_gives_them_openai_calls_on_every_route() -> None:
-    guard = WordBlock()
+    guard = WordBlock("arguments")
     model = ScriptedModel(message("ok"), chat_completion("ok"))
     app = AgenticLoopMiddleware(model, hooks=[guard])
     said = {"role": "assistant", "content": [{**TOOL_USE, "input": {"q": 1}}]}
@@ -204,7 +156,7 @@ async def test_tool_calls_come_as_litellms_proxy_gives_them_openai_calls_on_ever
 
 async def test_a_guardrails_edit_of_a_document_and_of_tool_calls_reaches_the_app() -> None:
     model = ScriptedModel(message("ok"), chat_completion("ok"), response("ok"))
-    app = AgenticLoopMiddleware(model, hooks=[Masking()])
+    app = AgenticLoopMiddleware(model, hooks=[Masking("arguments")])
     messages = messages_of("tool_use input")
     messages[0] = {"role": "user", "content": [DOCUMENT_TEXT]}
     await anthropic_client(app).messages.create(model="c", max_tokens=9, messages=messages)
@@ -231,7 +183,7 @@ async def test_a_guardrails_edit_of_a_document_and_of_tool_calls_reaches_the_app
 )
 async def test_texts_where_no_guardrail_can_read_them_are_refused(route: str, body: dict[str, Any]) -> None:
     model = ScriptedModel(default=message("never"))
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock("arguments")])) as http:
         got = await http.post(route, json=body)
     assert got.status_code == 400
     assert "the guardrails cannot read it" in got.text
@@ -239,7 +191,7 @@ async def test_texts_where_no_guardrail_can_read_them_are_refused(route: str, bo
 
 
 async def test_images_come_to_the_guardrail_as_litellms_proxy_gives_them() -> None:
-    guard = WordBlock()
+    guard = WordBlock("arguments")
     model = ScriptedModel(message("ok"), chat_completion("ok"), response("ok"))
     app = AgenticLoopMiddleware(model, hooks=[guard])
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}}
@@ -296,7 +248,7 @@ class DuringCall(Masking):
     """A masking guardrail that also blocks, mounted as LiteLLM's `during_call` (beside the model call)."""
 
     def __init__(self) -> None:
-        CustomGuardrail.__init__(self, guardrail_name="during", event_hook="during_call", default_on=True)
+        super().__init__("arguments", name="during", event_hook="during_call")
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         if any("forbidden" in text for text in inputs["texts"]):
@@ -373,11 +325,7 @@ async def test_a_during_call_guardrails_edits_in_place_however_deep_never_reach_
 
 
 async def test_a_guardrail_that_never_judges_a_request_here_is_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
-    class PostCall(WordBlock):
-        def __init__(self) -> None:
-            CustomGuardrail.__init__(self, guardrail_name="post", event_hook="post_call", default_on=True)
-
-    AgenticLoopMiddleware(ScriptedModel(), hooks=[PostCall()])
+    AgenticLoopMiddleware(ScriptedModel(), hooks=[WordBlock(event_hook="post_call")])
     assert any(
         "event_hook 'post_call'" in record.getMessage() and "never act" in record.getMessage()
         for record in caplog.records

@@ -11,47 +11,17 @@ nested past the walk's limit is a 400 in the route's shape, not a guardrail's 50
 from __future__ import annotations
 
 import base64
-import os
 from typing import Any
 
 import orjson
 import pytest
 from conftest import http_client
-from fastapi import HTTPException
+from guardrail_kit import SAID, WORD, Masking, WordBlock
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-pytest.importorskip("litellm")
-
-from litellm.integrations.custom_guardrail import CustomGuardrail
-
-WORD = "pineapple"
-SAID = f"the {WORD} is here"
 U = {"role": "user", "content": "hi"}
-
-
-class WordBlock(CustomGuardrail):
-    """Blocks WORD in any text or tool call it is given; records the texts it was given."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True)
-        self.texts: list[str] = []
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        self.texts.extend(inputs["texts"])
-        if any(WORD in text for text in inputs["texts"]) or WORD in orjson.dumps(inputs.get("tool_calls")).decode():
-            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
-        return inputs
-
-
-class Masking(CustomGuardrail):
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="mask", event_hook="pre_call", default_on=True)
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        return {**inputs, "texts": [text.replace(WORD, "masked") for text in inputs["texts"]]}
 
 
 ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
@@ -67,6 +37,16 @@ def error_message(route: str, got: Any) -> str:
         assert body["error"]["type"] == "invalid_request_error"
     message_: str = body["error"]["message"]
     return message_
+
+
+async def refusal(route: str, body: dict[str, Any]) -> str:
+    """The message of the 400 in the route's shape that `body` is refused with; the app is not called."""
+    model = ScriptedModel(default=ANSWERS[route])
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock("all")])) as http:
+        got = await http.post(ROUTES[route], json={"model": "g", **body})
+    assert got.status_code == 400
+    assert model.requests == []
+    return error_message(route, got)
 
 
 UNREADABLE_CALLS = {
@@ -122,12 +102,7 @@ UNREADABLE_CALLS = {
 @pytest.mark.parametrize("case", list(UNREADABLE_CALLS))
 async def test_a_tool_call_of_a_shape_no_guardrail_reads_is_refused_in_the_routes_shape(case: str) -> None:
     route, body = UNREADABLE_CALLS[case]
-    model = ScriptedModel(default=ANSWERS[route])
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post(ROUTES[route], json={"model": "g", **body})
-    assert got.status_code == 400
-    assert error_message(route, got).endswith("the guardrails cannot read it")
-    assert model.requests == []
+    assert (await refusal(route, body)).endswith("the guardrails cannot read it")
 
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "description": SAID}}}
@@ -171,12 +146,7 @@ OUTSIDE = {
 @pytest.mark.parametrize("case", list(OUTSIDE))
 async def test_a_blocked_word_in_a_schema_or_prompt_variable_is_refused(case: str) -> None:
     route, body, _ = OUTSIDE[case]
-    model = ScriptedModel(default=ANSWERS[route])
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post(ROUTES[route], json={"model": "g", **body})
-    assert got.status_code == 400
-    assert error_message(route, got) == f"blocked: {WORD}"
-    assert model.requests == []
+    assert (await refusal(route, body)) == f"blocked: {WORD}"
 
 
 @pytest.mark.parametrize("case", list(OUTSIDE))
@@ -249,16 +219,11 @@ RECORDS = {
 @pytest.mark.parametrize("case", list(RECORDS))
 async def test_words_nested_in_a_record_or_written_where_an_image_belongs_are_judged(case: str) -> None:
     route, body = RECORDS[case]
-    model = ScriptedModel(default=ANSWERS[route])
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
-        got = await http.post(ROUTES[route], json={"model": "g", **body})
-    assert got.status_code == 400
-    assert error_message(route, got) == f"blocked: {WORD}"
-    assert model.requests == []
+    assert (await refusal(route, body)) == f"blocked: {WORD}"
 
 
 async def test_an_image_where_an_image_belongs_is_not_given_as_a_text() -> None:
-    guard = WordBlock()
+    guard = WordBlock("all")
     model = ScriptedModel(default=response("ok"))
     screenshot = {"type": "computer_screenshot", "image_url": f"data:image/png;base64,{PNG}"}
     items = [
@@ -293,7 +258,7 @@ async def test_content_nested_past_the_limit_is_a_400_in_the_routes_shape_not_a_
 ) -> None:
     model = ScriptedModel(default=message("never"))
     body = {"model": "g", "max_tokens": 5, "messages": [{"role": "user", "content": content}]}
-    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock()])) as http:
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock("all")])) as http:
         got = await http.post("/v1/messages", content=orjson.dumps(body), headers={"content-type": "application/json"})
     assert got.status_code == 400
     assert error_message("messages", got) == (

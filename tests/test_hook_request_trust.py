@@ -156,12 +156,17 @@ COUNTS = {
 }
 
 
-@pytest.mark.parametrize("route", list(COUNTS))
-async def test_internal_fields_a_tool_hook_adds_in_place_are_not_in_a_token_count(route: str) -> None:
+async def count(route: str, edit: Any) -> tuple[Any, ScriptedModel]:
+    """The reply to a token count on `route` with a tool hook that runs `edit`, and the app that was asked."""
     model = ScriptedModel(default={"input_tokens": 1})
     path, body = COUNTS[route]
-    async with http_client(AgenticLoopMiddleware(model, hooks=[EditingTools(add_internal)])) as client:
-        reply = await client.post(path, json=body)
+    async with http_client(AgenticLoopMiddleware(model, hooks=[EditingTools(edit)])) as client:
+        return await client.post(path, json=body), model
+
+
+@pytest.mark.parametrize("route", list(COUNTS))
+async def test_internal_fields_a_tool_hook_adds_in_place_are_not_in_a_token_count(route: str) -> None:
+    reply, model = await count(route, add_internal)
     assert reply.status_code == 200, reply.text
     sent = model.requests[0].body
     assert "max_agentic_loops" not in sent and "_agentic_secret" not in sent and sent["model"] == "m"
@@ -173,10 +178,7 @@ def not_json(request: dict[str, Any], api_surface: str) -> None:
 
 @pytest.mark.parametrize("route", list(COUNTS))
 async def test_a_tool_hook_that_leaves_a_count_not_json_is_a_hook_error_in_the_routes_shape(route: str) -> None:
-    model = ScriptedModel(default={"input_tokens": 1})
-    path, body = COUNTS[route]
-    async with http_client(AgenticLoopMiddleware(model, hooks=[EditingTools(not_json)])) as client:
-        reply = await client.post(path, json=body)
+    reply, model = await count(route, not_json)
     assert reply.status_code == 500 and not model.requests
     error = reply.json()["error"]
     assert error["type"] == "api_error" if route == "messages" else error["code"] == "agentic_hook_error"
