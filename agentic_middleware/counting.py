@@ -25,7 +25,7 @@ from .ends import REQUEST_HOOK, has_internal_fields, is_internal_field, without_
 from .errors import HookError, RequestRefused
 from .followups import resume_beside
 from .hooks import AgenticLoopLogging, BoundHook
-from .payload import MAX_DEPTH, too_deep
+from .payload import client_fault
 from .policy import ToolPolicy, client_own, scoped
 from .precall import model_call_details
 from .surfaces import Surface
@@ -73,36 +73,38 @@ async def count(
             logger.warning("count request over max_body_bytes=%d: counted without the server's tools", max_body_bytes)
         await app(scope, replay(raw, receive, more_body=not complete), send)
         return
-    if too_deep(raw, body):  # the tool hooks' body is written again: refused as on the route
-        message = f"the request body is nested more than {MAX_DEPTH} levels deep"
-        await send_json(send, 400, surface.error_body(400, message, "invalid_request"))
-        return
     body = {name: value for name, value in body.items() if not is_internal_field(name)}
     resumed = None
     if chains is not None and surface.chains_by_id:
         resumed = await resume_beside(chains, body, scope, send, max_body_bytes)
     if resumed is not None:
         body, scope, send = resumed
-    client_tools = client_own(body, policy)  # taken before any hook can change the list in place
     try:
+        client_tools = client_own(body, policy)  # taken before any hook can change the list in place
         if policy is None or policy.max_agentic_loops != 0:
             body = await _declared(hooks, surface, provider, body, scope, hook_timeout, policy)
         if policy is not None:
             body = scoped(surface, body, client_tools, policy)
         try:
-            raw = orjson.dumps(body)
+            sent = orjson.dumps(body)
         except TypeError as error:  # a hook put in the body something JSON cannot write: its error, as in a turn
             names = ", ".join(hook.name for hook in hooks)
             raise HookError(names, REQUEST_HOOK, f"the request is not JSON: {error}") from None
-    except RequestRefused as error:
-        await send_json(send, error.status, surface.error_body(error.status, error.summary, error.code, error.param))
-        return
-    except HookError as error:
+    except (HookError, TypeError, RecursionError) as error:
+        fault = client_fault(error, raw)  # the client's body too deep to write: refused as on the route
+        if isinstance(fault, RequestRefused):
+            await send_json(send, 400, surface.error_body(400, fault.summary, fault.code))
+            return
+        if not isinstance(error, HookError):
+            raise
         logger.error("counting: %s", error)
         message = "the server's tools could not be declared for the count"
         await send_json(send, 500, surface.error_body(500, message, "agentic_hook_error"))
         return
-    await app(scope_with_body_length(scope, len(raw)), replay(raw, receive), send)
+    except RequestRefused as error:
+        await send_json(send, error.status, surface.error_body(error.status, error.summary, error.code, error.param))
+        return
+    await app(scope_with_body_length(scope, len(sent)), replay(sent, receive), send)
 
 
 async def _declared(

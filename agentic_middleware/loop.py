@@ -25,7 +25,7 @@ from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, Loo
 from .live import LiveStream
 from .loop_setup import LoopSetup as LoopSetup
 from .observe import RoundRecord, set_attributes
-from .payload import dumps
+from .payload import client_fault, dumps
 from .policy import ToolPolicy, client_own
 from .replies import Replies
 from .retries import Retries
@@ -55,6 +55,7 @@ class AgenticLoop(AskingHooks, Replies):
         "request_bytes",
         "retried",
         "send",
+        "unwritten",
         "usages",
         "write",
     )
@@ -74,6 +75,7 @@ class AgenticLoop(AskingHooks, Replies):
         relay: StreamRelay | None = None,
         checks_only: bool = False,
         policy: ToolPolicy | None = None,
+        unwritten: bytes | None = None,
     ) -> None:
         settings = setup.settings
         self.policy = policy  # what this caller may use (policy.py): before the limit, which it caps
@@ -96,6 +98,7 @@ class AgenticLoop(AskingHooks, Replies):
         self.send = send
         self.body = body
         self.request_bytes = raw  # the body as the first call sends it, unless a hook changes it first
+        self.unwritten = unwritten  # the client's bytes, until a write of the body proves them not too deep
         self.dispatch = Dispatcher(
             setup.app,
             scope,
@@ -149,6 +152,7 @@ class AgenticLoop(AskingHooks, Replies):
             except Exception as error:
                 if self.dispatch.forwarded:
                     raise  # the client already has the app's own answer under way: it cannot get another
+                error = client_fault(error, self.unwritten)
                 if not isinstance(error, LoopError):
                     internal = LoopError(f"internal error: {type(error).__name__}")
                     internal.__cause__ = error
@@ -280,6 +284,8 @@ class AgenticLoop(AskingHooks, Replies):
         else:
             await self.begin_stream()
             sent = raw
+        if sent is not raw or not self.may_loop():  # written by the hooks, or never to be: nothing left to prove
+            self.unwritten = None
         return self.scoped_as_sent(sent) if sent is raw else sent
 
     def may_loop(self) -> bool:
@@ -331,6 +337,7 @@ class AgenticLoop(AskingHooks, Replies):
             # Written whole each time, from the objects as they are now: nothing of an earlier body is reused, so any
             # edit a hook made, at any depth, through any reference it kept, is sent (docs/loop.md, point 3).
             raw = dumps(self.on_the_wire(self.body))
+            self.unwritten = None
         except TypeError as error:
             method = step.method if isinstance(step, Rerun) else "closing call"
             raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None

@@ -24,7 +24,7 @@ from .lifespan import HookLifecycle
 from .loop import AgenticLoop
 from .loop_setup import LoopSetup
 from .observe import Observer, RoundCallback
-from .payload import MAX_DEPTH, own_size, too_deep
+from .payload import TOO_DEEP, own_size, too_deep
 from .policy import PROMPT_REFUSED, PolicyFunction, ToolPolicy, client_own, policy_of, scoped
 from .policy_forms import RESPONSES
 from .precall import has_pre_call
@@ -228,10 +228,6 @@ class AgenticLoopMiddleware:
             takes_part = bool(self.hooks) and (not streaming or mode is not None) and not compact
             # A stream that passes by the loop is still judged by the guardrails: they judge the request.
             checks_only = not takes_part and bool(self.setup.guardrail_hooks)
-            if (takes_part or checks_only or judged) and too_deep(raw, body):  # the hooks' bodies are written again
-                message = f"the request body is nested more than {MAX_DEPTH} levels deep"
-                await refuse(send, surface, 400, message, "invalid_request")
-                return None
             stream_options = relay = None
             if judged and surface.name == RESPONSES and body.get("prompt") is not None:
                 # A stored prompt may carry tools of its own, which nothing here can read: refused (fail closed).
@@ -266,28 +262,39 @@ class AgenticLoopMiddleware:
                         changed = changed or live_body is not body
                         body = live_body
             if changed:
-                raw = own_size(orjson.dumps(body))  # kept for the whole loop
+                try:
+                    raw = own_size(orjson.dumps(body))  # kept for the whole loop
+                except TypeError:  # orjson's JSONEncodeError: only the client's depth can fail what orjson read
+                    await refuse(send, surface, 400, TOO_DEEP, "invalid_request")
+                    return None
                 scope = scope_with_body_length(scope, len(raw))
             if takes_part or checks_only:
                 if not self.litellm_checked:  # LiteLLM's proxy reads its config at its start-up, after our __init__
                     self.litellm_checked = warn_if_litellm_runs(self.settings.hooks, final=True)
                 if not self.lifecycle.started and not await self._started(surface, send):
                     return None
-                return AgenticLoop(
-                    self.setup,
-                    surface,
-                    self.providers[surface.name],
-                    scope,
-                    receive,
-                    send,
-                    body,
-                    raw,
-                    stream_options,
-                    streaming and not checks_only,  # passing by: the app's stream goes to the client as it is
-                    relay,
-                    checks_only,
-                    policy if takes_part else None,  # else judged above: the loop only hands the body on
-                )
+                try:
+                    return AgenticLoop(
+                        self.setup,
+                        surface,
+                        self.providers[surface.name],
+                        scope,
+                        receive,
+                        send,
+                        body,
+                        raw,
+                        stream_options,
+                        streaming and not checks_only,  # passing by: the app's stream goes to the client as it is
+                        relay,
+                        checks_only,
+                        policy if takes_part else None,  # else judged above: the loop only hands the body on
+                        None if changed else raw,  # not written yet: the client's bytes, were a write to fail
+                    )
+                except (TypeError, RecursionError):  # the client's tools, read as bytes under a tool policy
+                    if changed or not too_deep(raw):
+                        raise
+                    await refuse(send, surface, 400, TOO_DEEP, "invalid_request")
+                    return None
         elif self.guarded or judged:  # a JSON array, string, number or null, or no body: nothing a check can judge
             await refuse(send, surface, 400, "the request body must be a JSON object", "invalid_request")
             return None

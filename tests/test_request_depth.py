@@ -11,8 +11,16 @@ import orjson
 import pytest
 from conftest import http_client
 
-from agentic_middleware import AgenticLoopMiddleware, ServerTools, ToolPolicy, server_tool
-from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
+from agentic_middleware import (
+    AgenticLoopMiddleware,
+    AgenticLoopPlan,
+    AgenticLoopRequestPatch,
+    CustomLogger,
+    ServerTools,
+    ToolPolicy,
+    server_tool,
+)
+from agentic_middleware.testing import ScriptedModel, chat_completion, message, response, tool_use
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 pytest.importorskip("litellm")
@@ -122,3 +130,96 @@ async def test_without_hooks_a_deep_body_passes_through_as_sent() -> None:
     async with http_client(AgenticLoopMiddleware(model)) as client:
         reply = await posted(client, "/v1/chat/completions", with_nested(ROUTES["/v1/chat/completions"][0], 1000))
     assert reply.status_code == 200 and len(model.requests) == 1
+
+
+class Asks(CustomLogger):
+    """A hook of a plan alone: the first call goes as the client sent it (nothing written), the rerun is written."""
+
+    async def async_should_run_agentic_loop(self, response, **rest):  # type: ignore[no-untyped-def]
+        calls = [block for block in response["content"] if block["type"] == "tool_use"]
+        return bool(calls), {"tool_calls": calls}
+
+    async def async_build_agentic_loop_plan(self, tools, messages, **rest):  # type: ignore[no-untyped-def]
+        call = tools["tool_calls"][0]
+        result = {"type": "tool_result", "tool_use_id": call["id"], "content": "ok"}
+        history = [*messages, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+        return AgenticLoopPlan(run_agentic_loop=True, request_patch=AgenticLoopRequestPatch(messages=history))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_body_too_deep_to_rerun_is_the_clients_400_not_the_hooks_error(stream: bool) -> None:
+    """No write comes before the rerun's: the depth is found there, and answered as the client's, in the route's
+    shape (its error event once the stream began), never a 500 naming the hook."""
+    body, _ = ROUTES["/v1/messages"]
+    model = ScriptedModel(message(tool_use("t", {})), message("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Asks()], streaming=stream)) as client:
+        reply = await posted(client, "/v1/messages", with_nested({**body, "stream": stream}, MAX_DEPTH))
+    assert "Asks" not in reply.text and "254 levels" in reply.text, reply.text
+    if stream:
+        assert "event: error" in reply.text and "invalid_request_error" in reply.text
+    else:
+        assert refused("/v1/messages", reply), reply.text
+
+
+class Walks(CustomLogger):
+    """A request hook whose own recursive walk of the request cannot go as deep as orjson reads."""
+
+    async def async_pre_agentic_loop_request_hook(self, request, **rest):  # type: ignore[no-untyped-def]
+        def walk(value: Any) -> Any:
+            return [walk(item) for item in value] if isinstance(value, list) else value
+
+        return {**request, "extra": walk(request["extra"])}
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+async def test_a_hook_that_cannot_walk_a_body_too_deep_is_the_clients_400(path: str) -> None:
+    body, answer = ROUTES[path]
+    model = ScriptedModel(default=answer("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Walks(), ServerTools([lookup])])) as client:
+        reply = await posted(client, path, with_nested(body, 1000))
+    assert refused(path, reply) and "Walks" not in reply.text, reply.text
+    assert not model.requests
+
+
+async def test_a_hook_nesting_a_shallow_body_too_deep_is_still_the_hooks_500() -> None:
+    """Only the client's structure is measured once the write fails: what its strings hold never counts."""
+
+    class Deepens(CustomLogger):
+        async def async_pre_agentic_loop_request_hook(self, request, **rest):  # type: ignore[no-untyped-def]
+            return {**request, "extra": nested(MAX_DEPTH)}
+
+    body, answer = ROUTES["/v1/chat/completions"]
+    text = '[{ \\" [ \\\\' * 300  # brackets, escaped quotes and backslashes in a string are no nesting
+    model = ScriptedModel(default=answer("ok"))
+    request = {**body, "messages": [{"role": "user", "content": text}]}
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Deepens()])) as client:
+        reply = await client.post("/v1/chat/completions", json=request)
+    assert reply.status_code == 500 and "Deepens" in reply.text and "254" not in reply.text, reply.text
+    assert not model.requests
+
+
+async def test_a_stream_the_hooks_pass_by_is_handed_on_unchecked_as_sent() -> None:
+    """A stream no hook takes part in (streaming=False) is never read for its depth: the app gets its bytes."""
+    body, answer = ROUTES["/v1/chat/completions"]
+    model = ScriptedModel(default=answer("ok"))
+    raw = with_nested({**body, "stream": True}, 1000)
+    mount = AgenticLoopMiddleware(model, hooks=[ServerTools([lookup])], streaming=False)
+    async with http_client(mount) as client:
+        reply = await posted(client, "/v1/chat/completions", raw)
+    assert reply.status_code == 200 and [request.raw for request in model.requests] == [raw], reply.text
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH, 1000], ids=["255 deep", "1001 deep"])
+async def test_a_stream_passed_by_whose_tools_the_policy_judges_is_handed_on_as_sent(levels: int) -> None:
+    """The policy reads the client's tools (the name it judges is there), nothing writes the body: the app gets its
+    bytes, deep as they are, and the policy's judgment stands (a denied name is still refused, tests/test_policy*)."""
+    body, answer = ROUTES["/v1/chat/completions"]
+    tool = {"type": "function", "function": {"name": "f", "parameters": "@"}}
+    raw = orjson.dumps({**body, "stream": True, "tools": [tool]}).replace(b'"@"', b"[" * levels + b"]" * levels)
+    model = ScriptedModel(default=answer("ok"))
+    policy = ToolPolicy(denied_tools=["db_*"])
+    hooks = [ServerTools([lookup])]
+    mount = AgenticLoopMiddleware(model, hooks=hooks, tool_policy=lambda scope: policy, streaming=False)
+    async with http_client(mount) as client:
+        reply = await posted(client, "/v1/chat/completions", raw)
+    assert reply.status_code == 200 and [request.raw for request in model.requests] == [raw], reply.text
