@@ -23,6 +23,7 @@ from .hooks import BoundHook
 from .lifespan import HookLifecycle
 from .loop import AgenticLoop
 from .loop_setup import LoopSetup
+from .methods import judged_method
 from .observe import Observer, RoundCallback
 from .payload import TOO_DEEP, own_size, too_deep
 from .policy import PROMPT_REFUSED, PolicyFunction, ToolPolicy, client_own, policy_of, scoped
@@ -128,12 +129,19 @@ class AgenticLoopMiddleware:
         self.stream_wishes = stream_wishes(self.hooks)
         # With a guardrail or a pre-call hook mounted, a request on a route they judge never reaches the app unseen.
         self.guarded = any(has_pre_call(hook) for hook in self.hooks)
+        # With those or a tool policy, only a POST on a model route is judged; the others are refused (methods.py).
+        self.judges_methods = self.guarded or self.settings.tool_policy is not None
         self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         surface = self.surface_of(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
         compact = surface is None and (surface := self._compact_judged(scope)) is not None
         if surface is None:
+            if self.judges_methods and scope["type"] == "http" and scope["method"] != "POST":
+                judged = await judged_method(scope, receive, send, self.surface_of)
+                if judged is None:
+                    return
+                receive = judged
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
             elif scope["type"] == "websocket" and self.surface_of(scope["path"]) is not None:

@@ -12,7 +12,11 @@ the model without the hooks: no guardrail judged them, no loop ran. So, before t
 - with a guardrail, a pre-call hook or a tool policy mounted, any other request that may carry a body to act on (any
   method but GET, HEAD, OPTIONS and DELETE) on a path the middleware does not judge is refused with a 403 in the
   route's error shape, unless the operator lists the path in `forward_unjudged`. A path no one thought of
-  (`/v1/completions`, `/v1/messages/batches`, `//v1/messages`, an upstream's own alias) fails closed.
+  (`/v1/completions`, `/v1/messages/batches`, `//v1/messages`, an upstream's own alias) fails closed. The middleware
+  judges a POST alone: a PUT or PATCH on a model route (or its alias, or a sub-path), or a GET, HEAD, OPTIONS or
+  DELETE there with a body, is refused too, listed or not (methods.py);
+- a method that is not in upper case (`post`, as uvicorn's h11 parser hands it on) is refused with a 400 on any path:
+  the middleware judges `POST` alone, and aiohttp would send it up upper-cased, as a `POST` no hook judged.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import logging
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..hooks import BoundHook
+from ..methods import SUB_ENDPOINTS, UNBODIED, peek_body
 from ..precall import has_pre_call, is_guardrail
 from ..routes import RouteTable
 from ..settings import Settings
@@ -30,9 +35,7 @@ from .wire import MODEL_ROUTES, error_response, route_of
 logger = logging.getLogger("agentic_middleware")
 
 SUB_PATHS = ("/v1/responses/compact", "/v1/messages/count_tokens", "/v1/responses/input_tokens")
-UNBODIED = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
-"""Methods that read or remove, forwarded on any path: no model is asked anything by them (`GET /v1/models`,
-`DELETE /v1/responses/{id}`)."""
+CANONICAL = frozenset({*MODEL_ROUTES, *SUB_PATHS})
 
 
 def _aliases() -> dict[str, str]:
@@ -62,24 +65,59 @@ class GatewayPaths:
         self.guardrail = any(is_guardrail(BoundHook(hook)) for hook in settings.hooks)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in UNBODIED:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
+        method: str = scope["method"]
+        path: str = scope["path"]
+        if method != method.upper():  # what was judged is what goes up: never a `post` sent up as a `POST`
+            message = f"the method must be in upper case (HTTP methods are case-sensitive), got {method!r}"
+            await error_response(route_of(path), 400, message, "invalid_method")(scope, receive, send)
+            return
+        if method in UNBODIED:
+            # With a body, on a model path: an unjudged model call to an upstream that reads it.
+            if self.refusing and self.model_path(path):
+                bodied, receive = await peek_body(receive)
+                if bodied:
+                    await self._refuse(method, scope, receive, send, " with a body")
+                    return
+            await self.app(scope, receive, send)
+            return
         if self.routes.get(path) is None and (canonical := ALIASES.get(path)) is not None:
             scope = {**scope, "path": canonical, "raw_path": canonical.encode()}
             path = canonical
-        if self.refusing and not self.judged(path) and self.allowed.get(path) is None:
-            answer = error_response(
-                route_of(path),
-                403,
-                f"{scope['method']} {path} is not judged by this gateway's guardrails or tool policy, so it is not "
-                "forwarded: list it in forward_unjudged to send it up unjudged",
-                "path_not_forwarded",
-            )
-            await answer(scope, receive, send)
+        if self.refusing and not self.forwarded(method, path):
+            await self._refuse(method, scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    async def _refuse(self, method: str, scope: Scope, receive: Receive, send: Send, bodied: str = "") -> None:
+        path = scope["path"]
+        why = (
+            "only a POST is judged here"
+            if self.model_path(path)
+            else "list it in forward_unjudged to send it up unjudged"
+        )
+        message = f"{method} {path}{bodied} is not judged by this gateway's guardrails or tool policy, so it is not "
+        answer = error_response(route_of(path), 403, f"{message}forwarded: {why}", "path_not_forwarded")
+        await answer(scope, receive, send)
+
+    def forwarded(self, method: str, path: str) -> bool:
+        """Whether a request that may carry a body goes on: a POST the middleware judges, or one to a path
+        `forward_unjudged` lists; any other method on a listed path that is not a model route's."""
+        if method == "POST" and self.judged(path):
+            return True
+        return self.allowed.get(path) is not None and (method == "POST" or not self.model_path(path))
+
+    def model_path(self, path: str) -> bool:
+        """Whether a path is a model route, one of its spellings or a sub-path under it (`compact`, the counts)."""
+        if path in CANONICAL or path in ALIASES:
+            return True
+        trimmed = path.removesuffix("/")
+        if self.routes.get(trimmed) is not None:
+            return True
+        base, _, last = trimmed.rpartition("/")
+        return last in SUB_ENDPOINTS and self.routes.get(base) is not None
 
     def judged(self, path: str) -> bool:
         """Whether the middleware judges a POST on this path: a configured route, or (with a guardrail) a

@@ -141,9 +141,11 @@ class Upstream:
                 url = URL(target, encoded=True)
             except ValueError:
                 return error_response(route, 400, "the path or query is not a valid URL")
+        method: str = scope["method"]
+        if method != method.upper():  # aiohttp sends it upper-cased: a method other than the one judged (paths.py)
+            return error_response(route, 400, f"the method must be in upper case, got {method!r}", "invalid_method")
         headers = self._headers(scope["headers"], route)
         body = await request.body()
-        method = scope["method"]
         try:
             # No redirect is followed: it would resend the client's credentials to wherever the upstream points.
             answer = await self.session.request(
