@@ -63,12 +63,20 @@ def is_identity(name: str) -> bool:
     return name.startswith("user_api_key") or name in ("litellm_metadata", "litellm_params")
 
 
+SERVER_SET = frozenset({"scope", "secret_fields", "proxy_server_request"})
+"""Keys only the server sets: `scope`, which the loop gives every round's hooks as the ASGI scope (whose `state`
+holds the caller); `secret_fields` and `proxy_server_request`, which LiteLLM's proxy always overwrites with the
+request's own headers and URL, and which LiteLLM code reads as the server's (`secret_fields["raw_headers"]` for a
+per-user upstream credential, `proxy_server_request["headers"]`). The middleware builds neither, so a client's are
+dropped: a hook that trusts them would get the client's forgery."""
+
+
 def _never_given(name: str) -> bool:
     """A client field the hooks are not given (it still reaches the app in the body): one naming the caller; one with
     a leading `_`, the names hooks keep their own keys under (LiteLLM's `_websearch_interception_*`,
-    `_code_interpreter_interception_*`...), never a request parameter of these APIs; and `scope`, which the loop
-    gives every round's hooks as the ASGI scope (whose `state` holds the caller)."""
-    return is_identity(name) or name.startswith("_") or name == "scope"
+    `_code_interpreter_interception_*`...), never a request parameter of these APIs; and the keys only the server
+    sets (`SERVER_SET`)."""
+    return is_identity(name) or name.startswith("_") or name in SERVER_SET
 
 
 def client_fields(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,8 @@ DEFAULT_ROUTES: Mapping[str, str] = MappingProxyType(
 DEFAULT_FORWARD_UNJUDGED = ("/v1/messages/count_tokens", "/v1/responses/input_tokens", "/v1/responses/compact")
 """The POST paths `agentic-gateway` forwards without the hooks judging them when a guardrail or tool policy is
 mounted (gateway/paths.py): the token counts, which ask no model, and the compaction, which the guardrails judge
-anyway (middleware.py). Claude Code and Codex call all three."""
+anyway (middleware.py). Claude Code and Codex call all three. With a deployment or pre-request hook mounted the
+compaction is left out (gateway/paths.py): those run on looped requests alone."""
 DEFAULT_MAX_AGENTIC_LOOPS = 3
 DEFAULT_RERUN_RETRIES = 2  # tries again of a rerun the app answered with a transient error (retries.py)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit

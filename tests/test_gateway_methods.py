@@ -9,13 +9,13 @@ up unjudged, body included. The requests here are written over a raw socket, so 
 from __future__ import annotations
 
 import asyncio
-import os
 import urllib.parse
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from guardrail_kit import SAID, WORD, WordBlock
 from starlette.responses import JSONResponse
 from support import ToolHook
 
@@ -23,27 +23,6 @@ from agentic_middleware import AgenticLoopMiddleware, Settings
 from agentic_middleware.gateway import Upstream, create_app, serving
 from agentic_middleware.gateway.app import model_app
 from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, message, response
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-litellm = pytest.importorskip("litellm")
-
-from fastapi import HTTPException  # noqa: E402
-from litellm.integrations.custom_guardrail import CustomGuardrail  # noqa: E402
-
-WORD = "pineapple"
-SAID = f"the {WORD} is here"
-
-
-class WordBlock(CustomGuardrail):
-    """Blocks any request with WORD in a text it is given, as a LiteLLM user writes one."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True)
-
-    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
-        if any(WORD in text for text in inputs["texts"]):
-            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
-        return inputs
 
 
 def answer(request: RecordedRequest) -> dict[str, Any]:

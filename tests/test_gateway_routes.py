@@ -18,7 +18,9 @@ import anthropic
 import httpx
 import openai
 import pytest
-from guardrail_kit import SAID, WORD, WordBlock
+from fastapi import HTTPException
+from guardrail_kit import SAID, WORD, WordBlock  # before litellm: it keeps LiteLLM from downloading its price list
+from litellm.integrations.custom_logger import CustomLogger
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -26,6 +28,7 @@ from support import ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, Settings, load_config
 from agentic_middleware.gateway import Upstream, cli, create_app, environment, serving
+from agentic_middleware.gateway.paths import unjudged_described
 from agentic_middleware.testing import (
     RecordedRequest,
     ScriptedModel,
@@ -35,6 +38,15 @@ from agentic_middleware.testing import (
     tool_call,
     tool_use,
 )
+
+
+class DeploymentBlock(CustomLogger):
+    """A pre-call hook that is not a guardrail: refuses any request with WORD in it."""
+
+    async def async_pre_call_deployment_hook(self, kwargs: dict, call_type: Any) -> dict:  # type: ignore[override]
+        if WORD in str(kwargs.get("input")) + str(kwargs.get("messages")):
+            raise HTTPException(status_code=400, detail=f"blocked: {WORD}")
+        return kwargs
 
 
 def answer(request: RecordedRequest) -> dict[str, Any]:
@@ -246,3 +258,30 @@ async def test_the_bare_middleware_judges_a_route_with_a_trailing_slash_under_a_
         clean = await client.post("/v1/messages/", json=body_for("/v1/messages/", "hi"))
     assert [answer.status_code for answer in blocked] == [400, 400] and clean.status_code == 200
     assert got == ["/v1/messages/"]
+
+
+async def test_with_a_pre_call_hook_that_is_no_guardrail_a_compaction_is_refused_unless_listed() -> None:
+    """A deployment hook runs on looped requests alone and a compaction never loops (review paths F3): with one
+    mounted, `/v1/responses/compact` leaves the default `forward_unjudged`, with or without a guardrail beside it;
+    an operator who lists it sends it up."""
+    model = ScriptedModel(default=answer)
+    async with gateway(Settings(hooks=(DeploymentBlock(),)), model) as url, httpx.AsyncClient(base_url=url) as client:
+        refused = [
+            await client.post(path, json=body_for(path)) for path in ("/v1/responses/compact", "/responses/compact/")
+        ]
+        blocked = await client.post("/v1/responses", json=body_for("/v1/responses"))
+        counted = await client.post("/v1/messages/count_tokens", json=body_for("/v1/messages", "hi"))
+    both = Settings(hooks=(WordBlock(), DeploymentBlock()))
+    async with gateway(both, model) as url, httpx.AsyncClient(base_url=url) as client:
+        beside = await client.post("/v1/responses/compact", json=body_for("/v1/responses", "hi"))
+    listed = Settings(hooks=(DeploymentBlock(),), forward_unjudged=["/v1/responses/compact"])
+    async with gateway(listed, model) as url, httpx.AsyncClient(base_url=url) as client:
+        forwarded = await client.post("/v1/responses/compact", json=body_for("/v1/responses", "hi"))
+    assert [answered.status_code for answered in refused] == [403, 403] and beside.status_code == 403
+    assert refused[0].json()["error"]["code"] == "path_not_forwarded"
+    assert blocked.status_code == 400 and counted.status_code == forwarded.status_code == 200
+    assert [request.path for request in model.requests] == ["/v1/messages/count_tokens", "/v1/responses/compact"]
+    described = unjudged_described(Settings(hooks=(DeploymentBlock(),)))
+    assert "POSTs forwarded unjudged: /v1/messages/count_tokens, /v1/responses/input_tokens (forward_unjudged)" in (
+        described
+    )

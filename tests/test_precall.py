@@ -250,3 +250,22 @@ async def test_a_clients_litellm_params_never_reach_the_pre_call_hooks(route: Ro
         else {"deployment": None}
     )
     assert all(kwargs["user_api_key_hash"] == "hash-of-caller-a" for _, _, kwargs in hook.calls)
+
+
+@pytest.mark.parametrize("route", [MESSAGES, CHAT], ids=str)
+async def test_a_clients_secret_fields_and_proxy_server_request_never_reach_the_pre_call_hooks(route: Route) -> None:
+    """LiteLLM's proxy sets both itself (the request's own headers), and its code reads them as the server's: a
+    client's forgery must not reach a hook that trusts them (review paths F4)."""
+    hook = PreCallHook()
+    model = ScriptedModel(route.text("a"))
+    app = AgenticLoopMiddleware(model, hooks=[hook])
+    forged = {
+        "secret_fields": {"raw_headers": {"authorization": "Bearer VICTIM"}},
+        "proxy_server_request": {"headers": {"authorization": "Bearer VICTIM"}, "url": "http://elsewhere"},
+    }
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g") as client:
+        assert (await client.post(route.path, json=route.request("hi", **forged))).status_code == 200
+    assert hook.calls
+    for _, _, kwargs in hook.calls:
+        assert "secret_fields" not in kwargs and "proxy_server_request" not in kwargs
+    assert model.requests[0].body["secret_fields"] == forged["secret_fields"]  # the app still gets its body

@@ -25,15 +25,16 @@ import logging
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..hooks import BoundHook
+from ..hooks import DEPLOYMENT_HOOK, PRE_REQUEST_HOOK, BoundHook
 from ..methods import SUB_ENDPOINTS, UNBODIED, peek_body
 from ..precall import has_pre_call, is_guardrail
 from ..routes import RouteTable
-from ..settings import Settings
+from ..settings import DEFAULT_FORWARD_UNJUDGED, Settings
 from .wire import MODEL_ROUTES, error_response, route_of
 
 logger = logging.getLogger("agentic_middleware")
 
+COMPACT = "/v1/responses/compact"
 SUB_PATHS = ("/v1/responses/compact", "/v1/messages/count_tokens", "/v1/responses/input_tokens")
 CANONICAL = frozenset({*MODEL_ROUTES, *SUB_PATHS})
 
@@ -61,8 +62,17 @@ class GatewayPaths:
         self.app = app
         self.routes = settings.route_table()
         self.refusing = refuses_unjudged(settings)
-        self.allowed = RouteTable(dict.fromkeys(settings.forward_unjudged, True))
-        self.guardrail = any(is_guardrail(BoundHook(hook)) for hook in settings.hooks)
+        hooks = [BoundHook(hook) for hook in settings.hooks]
+        # A deployment or pre-request hook runs on looped requests alone, and a compaction never loops: with one
+        # mounted, the guardrails judging it is not enough, and the default list leaves it out (a list the
+        # operator writes is the operator's choice).
+        loops_only = any(_pre_call_hook(hook) for hook in hooks)
+        self.compact_judged = any(is_guardrail(hook) for hook in hooks) and not loops_only
+        listed = settings.forward_unjudged
+        if loops_only and listed is DEFAULT_FORWARD_UNJUDGED:
+            listed = tuple(path for path in listed if path != COMPACT)
+        self.listed = listed
+        self.allowed = RouteTable(dict.fromkeys(listed, True))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -120,12 +130,13 @@ class GatewayPaths:
         return last in SUB_ENDPOINTS and self.routes.get(base) is not None
 
     def judged(self, path: str) -> bool:
-        """Whether the middleware judges a POST on this path: a configured route, or (with a guardrail) a
-        `.../compact` under a Responses route (middleware.py)."""
+        """Whether the middleware judges a POST on this path with every pre-call hook mounted: a configured route, or
+        (with guardrails and no deployment or pre-request hook) a `.../compact` under a Responses route
+        (middleware.py)."""
         if self.routes.get(path) is not None:
             return True
         base, _, last = path.rpartition("/")
-        surface = self.routes.get(base) if last == "compact" and self.guardrail else None
+        surface = self.routes.get(base) if last == "compact" and self.compact_judged else None
         return surface is not None and surface.chains_by_id
 
 
@@ -140,9 +151,14 @@ def unjudged_described(settings: Settings) -> str:
     if not refuses_unjudged(settings):
         return "POSTs to any path but the model routes are forwarded unjudged"
     paths = GatewayPaths(_nothing, settings)
-    listed = [path for path in settings.forward_unjudged if not paths.judged(path)]
+    listed = [path for path in paths.listed if not paths.judged(path)]
     forwarded = ", ".join(listed) if listed else "none"
     return f"POSTs forwarded unjudged: {forwarded} (forward_unjudged); POSTs to other unjudged paths are refused"
+
+
+def _pre_call_hook(hook: BoundHook) -> bool:
+    """A deployment or pre-request hook: the middleware runs those on looped requests alone."""
+    return hook.methods[DEPLOYMENT_HOOK] is not None or hook.methods[PRE_REQUEST_HOOK] is not None
 
 
 async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:  # pragma: no cover - never called
