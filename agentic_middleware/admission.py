@@ -1,6 +1,8 @@
-"""What the middleware's entry asks of a request before the loop takes it: the types of the fields the hooks read,
-which streams the hooks want, and its own refusals, in the route's error shape. Apart from middleware.py, whose
-`__call__` and request reading are the seam every request passes."""
+"""What the middleware's entry asks of a request before the loop takes it: the caller's tool policy, the hooks
+started, the types of the fields the hooks read, whether and how a stream takes part, whether the loop may rerun,
+and its own refusals, in the route's error shape. Apart from middleware.py, whose `__call__` and request reading are
+the seam every request passes: each answer here is one question with its refusal, read there in the order a request
+meets them, so that the reading stays one path a reviewer can follow top to bottom."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .asgi import json_start
+from .errors import RequestRefused
 from .hooks import BoundHook
+from .lifespan import HookLifecycle
 from .policy import ToolPolicy, policy_of
 from .precall import has_pre_call
 from .settings import Settings
@@ -89,3 +93,65 @@ async def socket(app: ASGIApp, scope: Scope, receive: Receive, send: Send, guard
         await send({"type": "websocket.close", "code": 1008, "reason": reason})
     else:
         await app(scope, receive, send)
+
+
+async def started(lifecycle: HookLifecycle, hook_timeout: float | None, surface: Surface, send: Send) -> bool:
+    """Start the hooks on first use when no lifespan event did, within `hook_timeout`; a failure answers 503
+    to every request that waited for that attempt, and the next request makes a new one."""
+    try:
+        await lifecycle.start(hook_timeout)
+    except Exception as error:
+        await refuse(send, surface, 503, f"server tools are unavailable: {error}", "hooks_unavailable")
+        return False
+    return True
+
+
+async def read_policy(scope: Scope, surface: Surface, send: Send, settings: Settings) -> tuple[bool, ToolPolicy | None]:
+    """Whether the request's tool policy could be read (policy.py), and the policy, read once per request.
+
+    A function that fails refuses the request, never lets it run unchecked: a `RequestRefused` it raised with
+    its own status and headers, anything else (a wrong return type included) 503 `tool_policy_unavailable`."""
+    assert settings.tool_policy is not None
+    try:
+        return True, await policy_of(scope, settings.tool_policy, settings.hook_timeout)
+    except RequestRefused as refused:
+        logger.warning("the tool policy refused the request (%d): %s", refused.status, refused)
+        await refuse(send, surface, refused.status, str(refused), refused.code, refused.param, refused.headers)
+    except Exception as error:
+        logger.error("the tool policy failed: %s: %s", type(error).__name__, error, exc_info=error)
+        message = f"the tool policy could not be read: {type(error).__name__}: {error}"
+        if not settings.error_details:
+            message = "the tool policy could not be read"
+        await refuse(send, surface, 503, message, "tool_policy_unavailable")
+    return False, None
+
+
+def may_loop(scope: Scope, policy: ToolPolicy | None, max_agentic_loops: int) -> bool:
+    """Whether this request's loop limit lets it rerun (`request.state.max_agentic_loops` when set, under the
+    tool policy's cap)."""
+    limit = scope.get("state", {}).get("max_agentic_loops", max_agentic_loops)
+    if policy is not None and policy.max_agentic_loops == 0:
+        return False
+    return not isinstance(limit, int) or isinstance(limit, bool) or limit > 0
+
+
+def stream_mode(
+    setting: bool | str | None, wishes: Iterable[Callable[[dict[str, Any]], Any]], request: dict[str, Any]
+) -> str | None:
+    """How a streaming request takes part: "live", "buffered", or None when it passes through untouched.
+
+    The one place that decides. `streaming` on the middleware (`setting`): False, none take part; True, all do;
+    "buffered", all do, buffered. Otherwise a request takes part when a hook's `agentic_loop_streaming`
+    (a value, or a function of the request: `stream_wishes`) asks for it, and any hook asking for "buffered" makes it
+    buffered. Live is the default; a route whose format has no relay streams buffered (see `Surface.relay`).
+    """
+    if setting is False:
+        return None
+    buffered, live = setting == "buffered", setting is True
+    for wish in wishes:  # each is asked, in order (a loop: this runs for every streaming request)
+        value = wish(request)
+        if isinstance(value, str) and value == "buffered":
+            buffered = True
+        elif value:
+            live = True
+    return "buffered" if buffered else "live" if live else None

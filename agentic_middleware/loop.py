@@ -3,8 +3,9 @@
 Each round reads the model app's whole answer (buffered, or forwarded live as it is read: `live.py`), asks
 the hooks in order, and either ends with one response to the client or re-dispatches a patched request to
 the app. What each round asks the hooks, and how their plans become the next request, is in `asking.py`; the
-hooks of the request's two ends and `call_hook` in `ends.py`; the reply it ends with in `replies.py`; what every
-loop of one middleware shares in `loop_setup.py`.
+hooks of the request's two ends and `call_hook` in `ends.py`; each call of the app (logged, retried, traced, its
+answer noted) in `app_calls.py`; the reply it ends with in `replies.py`; what every loop of one middleware shares in
+`loop_setup.py`.
 """
 
 from __future__ import annotations
@@ -12,25 +13,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from .app_calls import AppCalls
 from .asking import AskingHooks, Closing, Denied, Rerun
 from .disconnect import ClientWatch, ClientWriter
 from .dispatch import Answer, Dispatcher, Reply
-from .errors import ConfigurationError, HookError, LoopCancelled, LoopError, LoopTimeout
+from .errors import ConfigurationError, LoopCancelled, LoopError, LoopTimeout
 from .live import LiveStream
 from .loop_setup import LoopSetup as LoopSetup
 from .observe import RoundRecord, set_attributes
-from .payload import client_fault, dumps
+from .payload import client_fault
 from .policy import ToolPolicy, client_own
-from .replies import Replies
-from .retries import Retries
 from .settings import loop_limit
-from .shown import ShownIds
 from .stream import EventStream
 from .surfaces import StreamRelay, Surface
 
@@ -39,11 +38,11 @@ _call_ids = itertools.count(1)
 _CALL_ID_PREFIX = os.urandom(6).hex()
 
 
-class AgenticLoop(AskingHooks, Replies):
+class AgenticLoop(AskingHooks, AppCalls):
     """Holds one client request's state from its first dispatch to its one response.
 
     Its rounds are here; what each round asks the hooks is in `asking.py`, the hooks of the request's two ends in
-    `ends.py`, the reply it ends with in `replies.py`.
+    `ends.py`, what each call of the app does on the way in `app_calls.py`, the reply it ends with in `replies.py`.
     """
 
     # Its own attributes; those its bases read are declared in `RequestEnds`.
@@ -326,23 +325,6 @@ class AgenticLoop(AskingHooks, Replies):
             )
         return self.accounted(answer)
 
-    def rerun(self, step: Rerun | Closing | Denied) -> Coroutine[Any, Any, Answer | None]:
-        """The next round: one call of the app with the current body, the same for every rerun and the closing call
-        (the call itself is returned, so that no frame of this method's waits while the round streams)."""
-        self.depth += 1
-        self.retried += self.round.retries
-        self.round = RoundRecord(self.call_id, self.surface.name, self.depth)
-        self.app_answer = None  # the rerun's answer replaces it: the judged one is not held while the rerun streams
-        try:
-            # Written whole each time, from the objects as they are now: nothing of an earlier body is reused, so any
-            # edit a hook made, at any depth, through any reference it kept, is sent (docs/loop.md, point 3).
-            raw = dumps(self.on_the_wire(self.body))
-            self.unwritten = None
-        except TypeError as error:
-            method = step.method if isinstance(step, Rerun) else "closing call"
-            raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None
-        return self.call_app(raw)
-
     def request_limit(self) -> int:
         """The limit for this request: `request.state.max_agentic_loops` when trusted code set it."""
         value = self.dispatch.scope["state"].get("max_agentic_loops")
@@ -352,64 +334,6 @@ class AgenticLoop(AskingHooks, Replies):
             return loop_limit(value, "request.state.max_agentic_loops")
         except ConfigurationError as error:
             raise LoopError(str(error)) from None
-
-    def call_app(self, body: bytes) -> Coroutine[Any, Any, Answer | None]:
-        """One internal call of the model app, timed into the round (a rerun's retries and their waits included) and
-        traced when tracing is on; its answer goes to `taken`. The call itself is returned: untraced, no frame of this
-        loop's waits while it lasts (a stream's whole round), only the dispatcher's (and the retries' on a rerun)."""
-        if self.observer.log_bodies:
-            self.logging_obj.logger.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
-        call: Coroutine[Any, Any, Answer | None]
-        if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
-            retries = Retries(self.forwarded_headers, self.settings.rerun_retries, self.logging_obj.logger)
-            call = self.dispatch(body, self.round, retries)
-        else:  # the first call's errors reach the client as they are, for its own retries
-            call = self.dispatch(body, self.round)
-        return call if self.observer.tracer is None else self.traced(call)
-
-    def forwarded_headers(self) -> list[tuple[bytes, bytes]]:
-        """The loop's headers on a rerun's answer that goes to the client as the app sent it (its retries so far)."""
-        return self.loop_headers("app_answer")
-
-    async def traced(self, call: Coroutine[Any, Any, Answer | None]) -> Answer | None:
-        model = self.body.get("model")
-        with self.observer.span(
-            f"chat {model}",
-            **{
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self.provider,
-                "gen_ai.request.model": model,
-                "agentic_loop.depth": self.depth,
-            },
-        ) as span:
-            answer = await call
-            set_attributes(span, **self.surface.token_attributes(_usage(answer)))
-            return answer
-
-    def taken(self, answer: Answer | None) -> Answer | None:
-        """What the loop notes of one call's answer; None when the client got its answer as the app sent it."""
-        if answer is None:
-            if self.dispatch.oversize:
-                self.logging_obj.logger.warning(
-                    "model answer over max_body_bytes=%d: passed through without hooks", self.settings.max_body_bytes
-                )
-            return None
-        if self.observer.log_bodies:
-            log = self.logging_obj.logger
-            log.debug("agentic round %d answer: %s", self.depth, answer.raw.decode(errors="replace"))
-        if self.chains is not None:  # what the turn's record keeps (chains.py); no one else reads it
-            self.app_answer = answer.data
-        if isinstance(self.send, ShownIds) and answer.data is not None:  # the client never sees a round's own id
-            self.send.round(answer.data.get("id"), getattr(self.events, "relay", None))
-        usage = _usage(answer)
-        self.usages += (usage,)
-        self.round.usage = usage
-        return answer
-
-
-def _usage(answer: Answer | None) -> Any:
-    """A call's usage, as its answer gives it."""
-    return answer.data.get("usage") if answer is not None and answer.data is not None else None
 
 
 class _Nothing:

@@ -5,19 +5,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .admission import refuse, socket, stream_wishes, wrong_type
+from .admission import may_loop, read_policy, refuse, socket, started, stream_mode, stream_wishes, wrong_type
 from .asgi import read_body, replay, scope_unencoded, scope_with_body_length
 from .callers import Caller
 from .chains import ChainStore, chains_of, hooks_store
 from .config import Settings, load_config, merged, resolve_hooks, warn_if_litellm_runs
 from .counting import COUNT_ENDPOINTS, count, tool_hooks
 from .ends import has_internal_fields, is_internal_field
-from .errors import RequestRefused
 from .followups import CONTEXT_ENDPOINTS, beside
 from .hooks import BoundHook
 from .lifespan import HookLifecycle
@@ -26,7 +24,7 @@ from .loop_setup import LoopSetup
 from .methods import judged_method
 from .observe import Observer, RoundCallback
 from .payload import TOO_DEEP, own_size, too_deep
-from .policy import PROMPT_REFUSED, PolicyFunction, ToolPolicy, client_own, policy_of, scoped
+from .policy import PROMPT_REFUSED, PolicyFunction, client_own, scoped
 from .policy_forms import RESPONSES
 from .precall import has_pre_call
 from .routes import warn_uncovered
@@ -165,11 +163,11 @@ class AgenticLoopMiddleware:
     async def _count(self, counted: Surface, scope: Scope, receive: Receive, send: Send) -> None:
         """A token count on a route with a tool hook (counting.py). A method of its own, so that `__call__`'s frame,
         which lasts as long as a looped stream, is not made larger by this call's many arguments."""
-        if not self.lifecycle.started and not await self._started(counted, send):
+        if not self.lifecycle.started and not await started(self.lifecycle, self.settings.hook_timeout, counted, send):
             return
         policy = None
         if self.settings.tool_policy is not None:  # the count holds the tools this caller's turn would get
-            read, policy = await self._policy(scope, counted, send)
+            read, policy = await read_policy(scope, counted, send, self.settings)
             if not read:
                 return
         await count(
@@ -200,7 +198,7 @@ class AgenticLoopMiddleware:
         raw, complete = request
         policy = None
         if self.settings.tool_policy is not None:  # every request on the route, whatever the loop does with it
-            read, policy = await self._policy(scope, surface, send)
+            read, policy = await read_policy(scope, surface, send, self.settings)
             if not read:
                 return None
         judged = policy is not None and policy.judges_names  # its tools must be looked at before the app sees them
@@ -232,7 +230,7 @@ class AgenticLoopMiddleware:
                     shown.hide(resumed["previous_response_id"], body["previous_response_id"])
                     body, changed, scope = resumed, True, scope_unencoded(scope)
             streaming = body.get("stream") is True
-            mode = self.stream_mode(body) if streaming and self.hooks else None
+            mode = stream_mode(self.settings.streaming, self.stream_wishes, body) if streaming and self.hooks else None
             takes_part = bool(self.hooks) and (not streaming or mode is not None) and not compact
             # A stream that passes by the loop is still judged by the guardrails: they judge the request.
             checks_only = not takes_part and bool(self.setup.guardrail_hooks)
@@ -251,7 +249,7 @@ class AgenticLoopMiddleware:
                 changed, body = changed or passed is not body, passed
             if takes_part or checks_only:
                 problem, code = wrong_type(body), "invalid_request"
-                if problem is None and takes_part and self._may_loop(scope, policy):
+                if problem is None and takes_part and may_loop(scope, policy, self.settings.max_agentic_loops):
                     problem, code = surface.unsupported(body), "unsupported_parameter"
                 if problem is not None:
                     await refuse(send, surface, 400, problem[1], code, problem[0])
@@ -279,7 +277,9 @@ class AgenticLoopMiddleware:
             if takes_part or checks_only:
                 if not self.litellm_checked:  # LiteLLM's proxy reads its config at its start-up, after our __init__
                     self.litellm_checked = warn_if_litellm_runs(self.settings.hooks, final=True)
-                if not self.lifecycle.started and not await self._started(surface, send):
+                if not self.lifecycle.started and not await started(
+                    self.lifecycle, self.settings.hook_timeout, surface, send
+                ):
                     return None
                 try:
                     return AgenticLoop(
@@ -308,16 +308,6 @@ class AgenticLoopMiddleware:
             return None
         await self.app(scope, replay(raw, receive), send)
         return None
-
-    async def _started(self, surface: Surface, send: Send) -> bool:
-        """Start the hooks on first use when no lifespan event did, within `hook_timeout`; a failure answers 503
-        to every request that waited for that attempt, and the next request makes a new one."""
-        try:
-            await self.lifecycle.start(self.settings.hook_timeout)
-        except Exception as error:
-            await refuse(send, surface, 503, f"server tools are unavailable: {error}", "hooks_unavailable")
-            return False
-        return True
 
     def _compact_judged(self, scope: Scope) -> Surface | None:
         """With a guardrail or a tool policy mounted, the format of a POST they judge as a request that does not loop;
@@ -359,50 +349,3 @@ class AgenticLoopMiddleware:
         if surface is None and self.templated is not None:
             surface = self.templated.get(path)
         return surface
-
-    def _may_loop(self, scope: Scope, policy: ToolPolicy | None) -> bool:
-        """Whether this request's loop limit lets it rerun (`request.state.max_agentic_loops` when set, under the
-        tool policy's cap)."""
-        limit = scope.get("state", {}).get("max_agentic_loops", self.settings.max_agentic_loops)
-        if policy is not None and policy.max_agentic_loops == 0:
-            return False
-        return not isinstance(limit, int) or isinstance(limit, bool) or limit > 0
-
-    async def _policy(self, scope: Scope, surface: Surface, send: Send) -> tuple[bool, ToolPolicy | None]:
-        """Whether the request's tool policy could be read (policy.py), and the policy, read once per request.
-
-        A function that fails refuses the request, never lets it run unchecked: a `RequestRefused` it raised with
-        its own status and headers, anything else (a wrong return type included) 503 `tool_policy_unavailable`."""
-        assert self.settings.tool_policy is not None
-        try:
-            return True, await policy_of(scope, self.settings.tool_policy, self.settings.hook_timeout)
-        except RequestRefused as refused:
-            logger.warning("the tool policy refused the request (%d): %s", refused.status, refused)
-            await refuse(send, surface, refused.status, str(refused), refused.code, refused.param, refused.headers)
-        except Exception as error:
-            logger.error("the tool policy failed: %s: %s", type(error).__name__, error, exc_info=error)
-            message = f"the tool policy could not be read: {type(error).__name__}: {error}"
-            if not self.settings.error_details:
-                message = "the tool policy could not be read"
-            await refuse(send, surface, 503, message, "tool_policy_unavailable")
-        return False, None
-
-    def stream_mode(self, request: dict[str, Any]) -> str | None:
-        """How a streaming request takes part: "live", "buffered", or None when it passes through untouched.
-
-        The one place that decides. `streaming` on the middleware: False, none take part; True, all do;
-        "buffered", all do, buffered. Otherwise a request takes part when a hook's `agentic_loop_streaming`
-        (a value, or a function of the request) asks for it, and any hook asking for "buffered" makes it
-        buffered. Live is the default; a route whose format has no relay streams buffered (see `Surface.relay`).
-        """
-        setting = self.settings.streaming
-        if setting is False:
-            return None
-        buffered, live = setting == "buffered", setting is True
-        for wish in self.stream_wishes:  # each is asked, in order (a loop: this runs for every streaming request)
-            value = wish(request)
-            if isinstance(value, str) and value == "buffered":
-                buffered = True
-            elif value:
-                live = True
-        return "buffered" if buffered else "live" if live else None
