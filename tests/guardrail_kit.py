@@ -22,6 +22,16 @@ from litellm.integrations.custom_guardrail import CustomGuardrail
 WORD = "pineapple"
 SAID = f"the {WORD} is here"
 
+
+def body_for(path: str, text: str = SAID) -> dict[str, Any]:
+    """A request saying `text` in the shape of the route `path` names (Messages, Responses, else Chat)."""
+    if "messages" in path:
+        return {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": text}]}
+    if "responses" in path:
+        return {"model": "m", "input": text}
+    return {"model": "m", "messages": [{"role": "user", "content": text}]}
+
+
 # How much of each tool call a guardrail reads: none of it, the `function.arguments` strings (as LiteLLM's content
 # filter does), or every string of the call (its name and id too).
 Reads = Literal["texts", "arguments", "all"]

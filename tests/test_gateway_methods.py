@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from guardrail_kit import SAID, WORD, WordBlock
+from guardrail_kit import SAID, WORD, WordBlock, body_for
 from starlette.responses import JSONResponse
 from support import ToolHook
 
@@ -33,14 +33,6 @@ def answer(request: RecordedRequest) -> dict[str, Any]:
     if "completions" in request.path:
         return chat_completion("ok")
     return {"object": "list", "data": []}
-
-
-def body_for(path: str, text: str = SAID) -> dict[str, Any]:
-    if "messages" in path:
-        return {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": text}]}
-    if "responses" in path:
-        return {"model": "m", "input": text}
-    return {"model": "m", "messages": [{"role": "user", "content": text}]}
 
 
 async def raw_request(url: str, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:

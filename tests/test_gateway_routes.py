@@ -19,7 +19,12 @@ import httpx
 import openai
 import pytest
 from fastapi import HTTPException
-from guardrail_kit import SAID, WORD, WordBlock  # before litellm: it keeps LiteLLM from downloading its price list
+from guardrail_kit import (  # before litellm: it keeps LiteLLM from downloading its price list
+    SAID,
+    WORD,
+    WordBlock,
+    body_for,
+)
 from litellm.integrations.custom_logger import CustomLogger
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -60,14 +65,6 @@ def answer(request: RecordedRequest) -> dict[str, Any]:
     if "completions" in request.path:
         return chat_completion("ok")
     return {"object": "list", "data": []}
-
-
-def body_for(path: str, text: str = SAID) -> dict[str, Any]:
-    if "messages" in path:
-        return {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": text}]}
-    if "responses" in path:
-        return {"model": "m", "input": text}
-    return {"model": "m", "messages": [{"role": "user", "content": text}]}
 
 
 @asynccontextmanager
