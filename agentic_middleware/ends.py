@@ -228,13 +228,8 @@ class RequestEnds:
             self.body,
             stream=stream,
             stream_options=options,
-            api_surface=self.surface.api_surface,
-            provider=self.provider,
-            call_id=self.call_id,
-            logging_obj=self.logging_obj,
-            call=self.call_hook,
-            state=self.dispatch.scope["state"],
             guardrails_only=guardrails_only,
+            **self.hook_context(),
         )
         if guardrails_only:
             self.body = result.body
@@ -264,13 +259,19 @@ class RequestEnds:
             previous,
             field=self.surface.messages_field,
             stream=self.streaming,
-            api_surface=self.surface.api_surface,
-            provider=self.provider,
-            call_id=self.call_id,
-            logging_obj=self.logging_obj,
-            call=self.call_hook,
-            state=self.dispatch.scope["state"],
+            **self.hook_context(),
         )
+
+    def hook_context(self) -> dict[str, Any]:
+        """What every run of the pre-call hooks is told of the request, the first one's and each rerun's alike."""
+        return {
+            "api_surface": self.surface.api_surface,
+            "provider": self.provider,
+            "call_id": self.call_id,
+            "logging_obj": self.logging_obj,
+            "call": self.call_hook,
+            "state": self.dispatch.scope["state"],
+        }
 
     async def unwind(self, answer: Answer) -> Answer:
         """Give each executed plan's post hook the final answer, innermost first, then its cleanup.
