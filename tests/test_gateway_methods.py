@@ -35,12 +35,19 @@ def answer(request: RecordedRequest) -> dict[str, Any]:
     return {"object": "list", "data": []}
 
 
-async def raw_request(url: str, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    """The status and JSON body of one request written byte for byte as given: the method keeps its case."""
+async def raw_request(
+    url: str, method: str, path: str, body: dict[str, Any] | None = None, chunked: bool = False, headers: str = ""
+) -> tuple[int, Any]:
+    """The status and body (JSON parsed) of one request written byte for byte as given: the method keeps its case, the
+    path its spelling. A body goes with its `Content-Length`, or `chunked` in one chunk; `headers` are added."""
     parts = urllib.parse.urlsplit(url)
     content = orjson.dumps(body) if body is not None else b""
     head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
-    if body is not None:
+    head += headers
+    if chunked:
+        head += "Transfer-Encoding: chunked\r\n"
+        content = f"{len(content):x}\r\n".encode() + content + b"\r\n0\r\n\r\n"
+    elif body is not None:
         head += f"Content-Length: {len(content)}\r\n"
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
     writer.write(head.encode() + b"\r\n" + content)
@@ -49,7 +56,8 @@ async def raw_request(url: str, method: str, path: str, body: dict[str, Any] | N
     writer.close()
     status_line, _, rest = data.partition(b"\r\n")
     _, _, payload = rest.partition(b"\r\n\r\n")
-    return int(status_line.split()[1]), orjson.loads(payload) if payload else None
+    json = payload.startswith((b"{", b"["))  # else the text (`/metrics`), or None for no body
+    return int(status_line.split()[1]), orjson.loads(payload) if json else payload.decode() or None
 
 
 CASED = [
@@ -225,3 +233,59 @@ async def test_with_a_guardrail_the_gateway_refuses_other_methods_with_a_body_on
     assert [answered.status_code for answered in bare] == [200, 200, 200] and listed.status_code == 200
     assert [request.path for request in model.requests] == ["/v1/messages"] * 3 + ["/v1/embeddings"]
     assert all(request.raw == b"" for request in model.requests[:3])
+
+
+UNLISTED = [
+    ("GET", "/V1/messages"),  # a spelling an upstream matching paths case-insensitively takes for the route
+    ("GET", "//v1/messages"),  # one merging slashes
+    ("HEAD", "/v1/messages;x"),
+    ("OPTIONS", "/V1/messages"),
+    ("DELETE", "/V1/chat/completions"),
+    ("GET", "/v1/completions"),
+    ("GET", "/v1/messages/batches"),
+    ("GET", "/v1/models"),
+    ("GET", "/health"),
+]
+WEBSOCKET = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+WEBSOCKET += "Sec-WebSocket-Version: 13\r\n"
+
+
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+async def test_with_refusing_on_a_get_head_options_or_delete_with_a_body_is_refused_on_every_unlisted_path(
+    http: str,
+) -> None:
+    """Review `gateway` F1: a GET, HEAD, OPTIONS or DELETE with a body was refused on the model paths alone, so on
+    `/V1/messages`, `//v1/messages` or `/v1/completions` it went up, body and all, to an upstream that may read it as
+    a model call whatever the method. Now it is refused on every path `forward_unjudged` does not list, under a
+    guardrail or a tool policy alone; without a body, what the clients send goes up as before. The gateway is served
+    as the CLI serves it (no websockets: a handshake gets its 426)."""
+    model = ScriptedModel(default=answer)
+    guarded = Settings(hooks=(WordBlock(),), forward_unjudged=["/v1/files/{id}"])
+    policed = Settings(hooks=(ToolHook(),), tool_policy=lambda scope: None)
+    async with serving(model) as upstream:
+        for settings in (guarded, policed):
+            async with serving(create_app(settings, Upstream(upstream + "/v1")), http=http, ws="none") as url:
+                refused = [await raw_request(url, method, path, body_for(path)) for method, path in UNLISTED]
+                refused.append(await raw_request(url, "GET", "/V1/messages", body_for("/v1/messages"), chunked=True))
+                ordinary = [
+                    await raw_request(url, "GET", "/v1/models"),
+                    await raw_request(url, "HEAD", "/api/hello"),  # Claude Code's check that the API is up
+                    await raw_request(url, "DELETE", "/v1/responses/resp_1"),
+                    await raw_request(url, "GET", "/health"),
+                    await raw_request(url, "GET", "/metrics"),
+                    await raw_request(url, "GET", "/V1/messages"),  # no body: nothing to judge
+                ]
+                websocket = await raw_request(url, "GET", "/v1/responses", headers=WEBSOCKET)
+            for (method, path), (status, error) in zip([*UNLISTED, ("GET", "/V1/messages")], refused, strict=True):
+                assert status == 403, (settings, method, path, error)
+                if method != "HEAD":  # a HEAD's answer has no body
+                    assert (
+                        "with a body" in error["error"]["message"] and "forward_unjudged" in error["error"]["message"]
+                    )
+            assert [status for status, _ in ordinary] == [200] * 6 and websocket[0] == 426
+        async with serving(create_app(guarded, Upstream(upstream + "/v1")), http=http) as url:
+            listed = await raw_request(url, "GET", "/v1/files/f1", {"model": "m", "input": SAID})
+    assert listed[0] == 200  # the operator listed it: a path that is no model path goes up with its body
+    ordinary_paths = ["/v1/models", "/api/hello", "/v1/responses/resp_1", "/V1/messages"]
+    assert [request.path for request in model.requests] == ordinary_paths * 2 + ["/v1/files/f1"]
+    assert all(request.raw == b"" for request in model.requests[:-1])

@@ -282,3 +282,27 @@ async def test_with_a_pre_call_hook_that_is_no_guardrail_a_compaction_is_refused
     assert "POSTs forwarded unjudged: /v1/messages/count_tokens, /v1/responses/input_tokens (forward_unjudged)" in (
         described
     )
+
+
+async def test_a_refused_post_is_told_to_list_its_path_and_other_methods_on_a_model_path_that_only_posts_go() -> None:
+    """Review `gateway` F2: a refused POST on a model sub-path was told "only a POST is judged here". It is told that
+    `forward_unjudged` does not list the path, and to list it there; that only a POST is judged is said to the other
+    methods on a model path, which listing would not let through."""
+    model = ScriptedModel(default=answer)
+    async with gateway(Settings(hooks=(DeploymentBlock(),)), model) as url, httpx.AsyncClient(base_url=url) as client:
+        compact = await client.post("/v1/responses/compact", json=body_for("/v1/responses", "hi"))
+        put = await client.put("/v1/responses/compact", json=body_for("/v1/responses", "hi"))
+    unlisted = Settings(hooks=(WordBlock(),), forward_unjudged=[])
+    async with gateway(unlisted, model) as url, httpx.AsyncClient(base_url=url) as client:
+        counted = await client.post("/v1/messages/count_tokens", json=body_for("/v1/messages", "hi"))
+        got = await client.request("GET", "/v1/messages/count_tokens", json=body_for("/v1/messages", "hi"))
+    for answered in (compact, counted):
+        assert answered.status_code == 403
+        said = answered.json()["error"]["message"]
+        assert "forward_unjudged does not list it" in said and "list the path in forward_unjudged" in said, said
+        assert "only a POST" not in said
+    assert counted.json()["type"] == "error"  # Anthropic's shape under /v1/messages
+    for answered in (put, got):
+        assert answered.status_code == 403
+        assert "only a POST is judged here, listed in forward_unjudged or not" in answered.json()["error"]["message"]
+    assert model.requests == []

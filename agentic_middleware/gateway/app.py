@@ -7,7 +7,7 @@ middleware the same way, `app.add_middleware(AgenticLoopMiddleware, ...)` (READM
 
 The gateway answers `/health` and `/metrics` itself; every other path goes to the model (a forwarding model sends it
 up as it came, the demo model answers 404), once paths.py has given a route's other spellings its path and, with a
-guardrail or tool policy, refused the POSTs no hook would judge.
+guardrail or tool policy, refused the requests with a body no hook would judge.
 """
 
 from __future__ import annotations

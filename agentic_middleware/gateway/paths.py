@@ -15,6 +15,9 @@ the model without the hooks: no guardrail judged them, no loop ran. So, before t
   (`/v1/completions`, `/v1/messages/batches`, `//v1/messages`, an upstream's own alias) fails closed. The middleware
   judges a POST alone: a PUT or PATCH on a model route (or its alias, or a sub-path), or a GET, HEAD, OPTIONS or
   DELETE there with a body, is refused too, listed or not (methods.py);
+- with those mounted, a GET, HEAD, OPTIONS or DELETE with a body is refused on every other path too, unless the
+  operator lists it: an upstream that reads any method as a model call and matches paths case-insensitively (or
+  merges slashes) takes `GET /V1/messages` with a body for the route, and no model API client sends one;
 - a method that is not in upper case (`post`, as uvicorn's h11 parser hands it on) is refused with a 400 on any path:
   the middleware judges `POST` alone, and aiohttp would send it up upper-cased, as a `POST` no hook judged.
 """
@@ -85,8 +88,10 @@ class GatewayPaths:
             await error_response(route_of(path), 400, message, "invalid_method")(scope, receive, send)
             return
         if method in UNBODIED:
-            # With a body, on a model path: an unjudged model call to an upstream that reads it.
-            if self.refusing and self.model_path(path):
+            # With a body, on any path the operator has not listed: a model call no hook saw, to an upstream whose
+            # catch-all router reads one whatever the method (and, matching paths case-insensitively or merging
+            # slashes, whatever the spelling: `GET /V1/messages`). Without one it asks nothing: `GET /v1/models`.
+            if self.refusing and not self.forwarded(method, path):
                 bodied, receive = await peek_body(receive)
                 if bodied:
                     await self._refuse(method, scope, receive, send, " with a body")
@@ -102,15 +107,20 @@ class GatewayPaths:
         await self.app(scope, receive, send)
 
     async def _refuse(self, method: str, scope: Scope, receive: Receive, send: Send, bodied: str = "") -> None:
+        """A 403 in the route's shape that says what would let the request through, if anything would.
+
+        On a model path only a POST is judged, so another method is refused there listed or not; a POST (on any
+        path) or another method on a path that is no model path goes up once `forward_unjudged` lists the path."""
         path = scope["path"]
-        why = (
-            "only a POST is judged here"
-            if self.model_path(path)
-            else "list it in forward_unjudged to send it up unjudged"
-        )
-        message = f"{method} {path}{bodied} is not judged by this gateway's guardrails or tool policy, so it is not "
-        answer = error_response(route_of(path), 403, f"{message}forwarded: {why}", "path_not_forwarded")
-        await answer(scope, receive, send)
+        refused = f"{method} {path}{bodied} is not judged by this gateway's guardrails, pre-call hooks or tool policy"
+        if method != "POST" and self.model_path(path):
+            why = f"{refused}, so it is not forwarded: only a POST is judged here, listed in forward_unjudged or not"
+        else:
+            why = (
+                f"{refused} and forward_unjudged does not list it, so it is not forwarded: list the path in "
+                "forward_unjudged (the gateway's config) to send it up unjudged"
+            )
+        await error_response(route_of(path), 403, why, "path_not_forwarded")(scope, receive, send)
 
     def forwarded(self, method: str, path: str) -> bool:
         """Whether a request that may carry a body goes on: a POST the middleware judges, or one to a path
