@@ -23,11 +23,12 @@ import pytest
 import websockets
 from servers import serving as serving_with
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from test_gateway_paths import ENVIRONMENT, Seen, echo, gateway_in_front_of
 
 from agentic_middleware import Settings
-from agentic_middleware.gateway import DemoModel, Upstream, cli, create_app, serving
+from agentic_middleware.gateway import DemoModel, Upstream, cli, create_app, model_app, serving
 from agentic_middleware.gateway.access import RequireKey
 from agentic_middleware.testing import ScriptedModel, message, tool_use
 
@@ -261,3 +262,43 @@ def raw_post(url: str, path: str) -> tuple[int, bytes]:
         return answer.status, answer.read()
     finally:
         connection.close()
+
+
+async def test_a_model_route_hands_its_model_the_body_sent_in_pieces_whole() -> None:
+    """The model route reads the body itself (`ReadRequest`, for the loop's every round): a body in several ASGI
+    messages (uvicorn hands a long one on so, and the middleware passes one over max_body_bytes on so) reaches the
+    model whole, through `body()` and `stream()` alike; a client that leaves before its end never reaches it. The
+    model routes alone, as the middleware calls them."""
+    seen: list[tuple[str, bytes, bytes]] = []
+
+    class Recording:
+        async def __call__(self, request: Any, route: Any) -> JSONResponse:
+            seen.append((route, await request.body(), b"".join([chunk async for chunk in request.stream()])))
+            return JSONResponse({"ok": True})
+
+        async def aclose(self) -> None:
+            return None
+
+    app = model_app(Recording())
+    scope = {"type": "http", "method": "POST", "path": "/v1/messages", "raw_path": b"/v1/messages"}
+    scope |= {"query_string": b"", "headers": [(b"content-type", b"application/json")], "root_path": ""}
+
+    async def call(*messages: dict[str, Any]) -> list[dict[str, Any]]:
+        pending, sent = list(messages), []
+
+        async def receive() -> dict[str, Any]:
+            return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app({**scope, "headers": list(scope["headers"])}, receive, send)
+        return sent
+
+    pieces = [b'{"model": "m", ', b'"max_tokens": 9, ', b'"messages": []}']
+    sent = await call(*({"type": "http.request", "body": p, "more_body": i < 2} for i, p in enumerate(pieces)))
+    assert sent[0]["status"] == 200
+    assert seen == [("messages", b"".join(pieces), b"".join(pieces))]
+    with pytest.raises(ClientDisconnect):
+        await call({"type": "http.request", "body": pieces[0], "more_body": True})
+    assert len(seen) == 1
