@@ -71,9 +71,13 @@ def without_internal_fields(body: dict[str, Any]) -> dict[str, Any]:
 def unchanged(body: dict[str, Any], raw: bytes) -> bool:
     """Whether a body a hook was given is still the request `raw` holds, compared as JSON writes them: Python's `==`
     holds `1`, `1.0` and `True` equal and ignores the order of keys, but the model app reads each as sent. (A key the
-    client sent twice is read as the hooks read it, the last one: see docs/hooks.md.)"""
+    client sent twice is read as the hooks read it, the last one: see docs/hooks.md.)
+
+    Written as the SDKs write a request (compact, UTF-8 unescaped: httpx's `json=`, `JSON.stringify`), the client's
+    bytes are what orjson writes of them, so an untouched body is told by one write and no parse."""
     try:
-        return orjson.dumps(body) == orjson.dumps(orjson.loads(raw))
+        written = orjson.dumps(body)
+        return written == raw or written == orjson.dumps(orjson.loads(raw))
     except TypeError:  # the hook put something that is not JSON in it: changed, and refused where it is written
         return False
 

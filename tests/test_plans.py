@@ -404,7 +404,7 @@ async def test_a_request_hooks_edit_in_place_with_none_returned_reaches_the_firs
             assert request["messages"]
             return None
 
-    model = ScriptedModel(route.text("done"), route.text("done"))
+    model = ScriptedModel(route.text("done"), route.text("done"), route.text("done"))
     async with http_client(AgenticLoopMiddleware(model, hooks=[Reader(), InPlace()])) as client:
         await post(client, route, route.request())
     sent = model.requests[0]
@@ -414,6 +414,11 @@ async def test_a_request_hooks_edit_in_place_with_none_returned_reaches_the_firs
         raw = b'{"model": "m",  "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}'
         await client.post(route.path, content=raw, headers={"content-type": "application/json"})
     assert model.requests[1].raw == raw  # byte for byte: spaces and all
+    # As the SDKs write a request (compact, UTF-8 unescaped), told untouched by one write: the same bytes go up.
+    compact = '{"model":"m","max_tokens":9,"temperature":0.5,"messages":[{"role":"user","content":"héllo 😀"}]}'
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Reader()])) as client:
+        await client.post(route.path, content=compact.encode(), headers={"content-type": "application/json"})
+    assert model.requests[2].raw == compact.encode()
 
 
 async def test_a_request_hook_that_returns_no_body_is_a_hook_error(route: Route) -> None:
