@@ -13,8 +13,9 @@ requests (`callgrind_target.py`):
   `streams`, 200 streams of 20 text deltas after 200 as warm-up, bare, pass-through and with one tool round (whose
   bare figure is the bare pass-through's);
 - per delta, one uvicorn worker: `stream-deltas`, 50 pass-through streams of 20 and then of 1,020 text deltas
-  counted apart in one worker after 50 of 1,020 as warm-up, bare and through the middleware: the difference of the
-  two loads divided by the 50,000 deltas it adds (what a stream costs whatever its length cancels);
+  counted apart in one worker after 50 of 1,020 as warm-up, bare, through the middleware and through case 12's floor
+  (`streams_app.ReadingFloor`): the difference of the two loads divided by the 50,000 deltas it adds (what a stream
+  costs whatever its length cancels); `python -m benchmarks.stream_deltas` times the same loads;
 - per request, the gateway under uvicorn (`agentic-gateway`'s app in front of case 6's upstream and hook):
   `gateway`, 3-rerun Messages requests one after another on one connection, 200 after 60 as warm-up.
 
@@ -250,18 +251,23 @@ def streams(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Fig
 
 
 def stream_deltas(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:
-    """Per delta under uvicorn: pass-through streams of two lengths through one worker each, bare and wrapped; the
+    """Per delta under uvicorn: pass-through streams of two lengths through one worker each, bare, wrapped and the
+    floor; the
     difference of the two loads, divided by the deltas it adds, leaves out what a stream costs whatever its length."""
     number, short, long = size.long_streams
     per: dict[str, float] = {}
     with Driver(sys.executable, out.parent, module="benchmarks.streams_loadgen") as driver:
-        for app in ("streams_bare", "streams_wrapped"):
+        for app in ("streams_bare", "streams_wrapped", "streams_floor"):
             worker = Worker(app, checkout, out / app, helper)
             load = {"url": worker.url, "streams": number, "delay": 0, "rounds": 0, "opening": 16}
             commands = {f"{app}-{tokens}": {**load, "tokens": tokens} for tokens in (short, long)}
             found = worker.measure_each(driver, {**load, "tokens": long}, commands)
             per[app] = (found[f"{app}-{long}"] - found[f"{app}-{short}"]) / (number * (long - short))
-    return [Figure("stream-deltas, pass-through", "delta", per["streams_bare"], per["streams_wrapped"])]
+    bare = per["streams_bare"]
+    return [
+        Figure("stream-deltas, pass-through", "delta", bare, per["streams_wrapped"]),
+        Figure("stream-deltas, floor", "delta", bare, per["streams_floor"]),
+    ]
 
 
 def gateway(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:

@@ -6,10 +6,10 @@ same code runs, and checks its answers, without valgrind).
   through the middleware and bare, three times each at both sizes as warm-up, every answer checked, then one request
   of each counted alone: `middleware-SMALL`, `bare-SMALL`, `middleware-LARGE`, `bare-LARGE`. The fixed cost of a
   request cancels in the difference of the two sizes.
-- Under uvicorn, per stream or request: `streams_bare`, `streams_wrapped` (case 12's scripted Messages app, bare or
-  behind the middleware with its `ServerTools` hook, the probe left out) and `gateway` (a factory: the gateway's app
-  as `agentic-gateway` builds it from the environment). `Bracket` answers `/callgrind/...` around them, so the
-  harness, not the load, says when counting starts and stops.
+- Under uvicorn, per stream or request: `streams_bare`, `streams_wrapped`, `streams_floor` (case 12's scripted
+  Messages app, bare, behind the middleware with its `ServerTools` hook or behind `ReadingFloor`, the probe left out)
+  and `gateway` (a factory: the gateway's app as `agentic-gateway` builds it from the environment). `Bracket`
+  answers `/callgrind/...` around them, so the harness, not the load, says when counting starts and stops.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from agentic_middleware.testing import function_call, response
 
 from .e2e_hooks import Lookup
 from .live_stream import ROUTES, Client, Route, StreamingAnswers
-from .streams_app import Probe, lookup, slow_model
+from .streams_app import Probe, ReadingFloor, lookup, slow_model
 
 # Importing `streams_app` made its probes, which time every garbage collection from `gc.callbacks`: not ours to count.
 gc.callbacks[:] = [call for call in gc.callbacks if not isinstance(getattr(call, "__self__", None), Probe)]
@@ -152,6 +152,7 @@ class Bracket:
 
 streams_bare = Bracket(slow_model)
 streams_wrapped = Bracket(AgenticLoopMiddleware(slow_model, hooks=[ServerTools([lookup])]))
+streams_floor = Bracket(ReadingFloor(slow_model))
 
 
 def gateway() -> Bracket:

@@ -23,11 +23,8 @@ task in the worker, outside the middleware) and the streams that did not complet
 
 from __future__ import annotations
 
-import http.client
-import json
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -40,9 +37,11 @@ import orjson
 from agentic_middleware.surfaces import surface_for
 
 from .cases import Case, Config, Row
-from .e2e import HOST, Driver, Server, free_port
+from .e2e import Driver
 from .harness import median
 from .live_stream import answer_events
+from .stream_deltas import Lengths, Rounds, describe, loadavg, probe, spread, worker
+from .stream_deltas import rounds as delta_rounds
 from .streams_app import gc_thresholds
 
 KB = 1024
@@ -73,44 +72,17 @@ class Load:
 FULL = (Load(100, 1000, 0.01), Load(1000, 100, 0.1), Load(10_000, 20, 1.0))
 QUICK = (Load(20, 5, 0.01),)
 RESPONSES_AT = (FULL[1], QUICK[0])  # the loads the /v1/responses variants run at too (one of a run's)
+PER_DELTA = {FULL[0]: (Lengths(100, 20, 1000, 0.01), 8), QUICK[0]: (Lengths(20, 2, 10, 0.01), 1)}
+"""The loads whose pass-through row is the difference of two loads (`stream_deltas.py`): its lengths, its rounds."""
 
 Result = dict[str, Any]
-
-
-def probe(port: int, method: str = "GET") -> dict[str, float]:
-    connection = http.client.HTTPConnection(HOST, port, timeout=10)
-    try:
-        connection.request(method, "/probe")
-        answer = connection.getresponse()
-        figures: dict[str, float] = json.loads(answer.read())
-        return figures
-    finally:
-        connection.close()
-
-
-def worker(variant: str, tmp: Path) -> Server:
-    """One uvicorn worker serving the variant's app, its accept queue long enough for ten thousand connects."""
-    port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", f"benchmarks.streams_app:{APPS[variant]}", "--host", HOST]
-    argv += ["--port", str(port), "--backlog", "16384", "--log-level", "warning", "--no-access-log"]
-    server = Server(f"streams {variant}", argv, port, tmp)
-    deadline = time.perf_counter() + 30
-    while True:
-        try:
-            probe(port)
-            return server
-        except OSError:
-            if server.process.poll() is not None or time.perf_counter() > deadline:
-                server.__exit__()
-                raise RuntimeError(f"the {variant} worker did not start: {server.log.read_text()[-500:]}") from None
-            time.sleep(0.05)
 
 
 def measure(driver: Driver, variant: str, load: Load, tmp: Path) -> Result:
     """One variant under one load, in a fresh worker: what the clients got, and the worker's figures."""
     route = ROUTES.get(variant, "/v1/messages")
     command = {"tokens": load.tokens, "delay": load.delay, "rounds": ROUNDS[variant], "route": route}
-    with worker(variant, tmp) as server:
+    with worker(APPS[variant], variant, tmp) as server:
         driver.send({**command, "url": server.url, "streams": 20, "tokens": 5, "delay": 0.001})  # warm
         before = probe(server.port, "POST")
         clients = driver.send({**command, "url": server.url, "streams": load.streams})
@@ -132,8 +104,9 @@ def rounds(driver: Driver, load: Load, count: int, tmp: Path) -> dict[str, list[
     names = list(APPS) if load in RESPONSES_AT else list(MESSAGES_VARIANTS)
     results: dict[str, list[Result]] = {name: [] for name in names}
     for round_ in range(count):
+        average = loadavg()
         for name in names if round_ % 2 == 0 else reversed(names):
-            results[name].append(measure(driver, name, load, tmp))
+            results[name].append({**measure(driver, name, load, tmp), "loadavg": average})
     return results
 
 
@@ -150,18 +123,13 @@ def per_event(result: Result, collector: bool = True) -> float:
     return float(1e6 * cpu / max(result["events"], 1))
 
 
-def spread(values: list[float], unit: str) -> str:
-    """The median, and the range when there are several rounds."""
-    text = f"{median(values):.2f}"
-    if len(values) > 1:
-        text += f" ({min(values):.2f} to {max(values):.2f})"
-    return f"{text} {unit}"
-
-
-def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
+def rows_of(load: Load, results: Mapping[str, list[Result]], deltas: Rounds | None = None) -> list[Row]:
+    """The load's rows; with `deltas`, its pass-through CPU row is their added CPU per delta (`stream_deltas.py`),
+    the per-event difference in its detail."""
     bare = results["bare"]
     name = f"{load.streams:,} live streams x {load.tokens} deltas, {load.delay:g} s apart"
     rows = []
+    load_averages = ", ".join(dict.fromkeys(r["loadavg"] for r in results["bare"] if "loadavg" in r))
     for variant in ("pass-through", "tool round"):
         added = [per_event(w) - per_event(b) for w, b in zip(results[variant], bare, strict=True)]
         detail = (
@@ -187,7 +155,14 @@ def rows_of(load: Load, results: Mapping[str, list[Result]]) -> list[Row]:
         if variant == "pass-through":
             floor = [per_event(f) - per_event(b) for f, b in zip(results["floor"], bare, strict=True)]
             detail += f"; a minimal reading relay (the floor variant) adds {spread(floor, 'µs')}"
+        if load_averages:
+            detail += f"; load average before each round {load_averages}"
         measure = f"added worker CPU per event, {variant}"
+        if variant == "pass-through" and deltas is not None:
+            figure = median(deltas.added(variant))
+            detail = f"{describe(deltas)}; per event, as at the other loads: {detail}"
+            rows.append(Row(12, name, f"added worker CPU per delta, {variant}", figure, 2.0, detail, unit="µs"))
+            continue
         rows.append(Row(12, name, measure, median(added), 2.0, detail, unit="µs"))
     if PASSED_RESPONSES in results:
         rows.append(responses_row(name, results[PASSED_RESPONSES], results[BARE_RESPONSES]))
@@ -246,7 +221,12 @@ async def many_streams(config: Config) -> list[Row]:
         tmp = Path(name)
         driver = stack.enter_context(Driver(sys.executable, tmp, module="benchmarks.streams_loadgen"))
         for load in QUICK if config.quick else FULL:
-            rows += rows_of(load, rounds(driver, load, 1 if config.quick else 2, tmp))
+            results = rounds(driver, load, 1 if config.quick else 2, tmp)
+            deltas = None
+            if load in PER_DELTA:
+                lengths, count = PER_DELTA[load]
+                deltas = delta_rounds(lengths, count, tmp)
+            rows += rows_of(load, results, deltas)
     return rows
 
 

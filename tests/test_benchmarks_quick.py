@@ -25,8 +25,11 @@ def test_quick_mode_measures_every_case_and_draws_the_chart(tmp_path: Path) -> N
     rows = main(["--quick", "--out", str(tmp_path)])
 
     assert {row.case for row in rows} == {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
-    # A difference of resident memory (case 12's KB rows) may be zero or below in a seconds-long run.
-    assert all(row.figure > 0 for row in rows if not row.skipped and row.unit != "KB")
+    # A difference of resident memory (case 12's KB rows) may be zero or below in a seconds-long run, and so may
+    # case 12's CPU per delta (the difference of two loads of a few hundred deltas each, at the timer's noise).
+    noisy = [row for row in rows if row.unit == "KB" or "per delta" in row.measure]
+    assert [row.measure for row in noisy if row.unit != "KB"] == ["added worker CPU per delta, pass-through"]
+    assert all(row.figure > 0 for row in rows if not row.skipped and row not in noisy)
     assert all(not row.skipped for row in rows if row.case != 6)  # case 6 may skip: LiteLLM is not in CI
     results = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "| 4. memory" in results

@@ -104,8 +104,8 @@ def test_stream_deltas_counts_two_lengths_in_one_worker_and_divides_their_differ
     """Each worker serves a warm-up of long streams, then the short and the long load counted apart: what a stream
     costs whatever its length cancels in the difference."""
     asked: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]] = []
-    per_stream = {"streams_bare": 1000.0, "streams_wrapped": 5000.0}
-    per_delta = {"streams_bare": 10.0, "streams_wrapped": 25.0}
+    per_stream = {"streams_bare": 1000.0, "streams_wrapped": 5000.0, "streams_floor": 1200.0}
+    per_delta = {"streams_bare": 10.0, "streams_wrapped": 25.0, "streams_floor": 18.0}
 
     class Worker:
         def __init__(self, app: str, *_: Any) -> None:
@@ -133,10 +133,11 @@ def test_stream_deltas_counts_two_lengths_in_one_worker_and_divides_their_differ
     monkeypatch.setattr(callgrind, "Driver", Driver)
     size = callgrind.Size(long_streams=(4, 2, 12))
 
-    [figure] = callgrind.stream_deltas(callgrind.Checkout("here", tmp_path), tmp_path, tmp_path, size)
+    figure, floor = callgrind.stream_deltas(callgrind.Checkout("here", tmp_path), tmp_path, tmp_path, size)
 
     assert (figure.bare, figure.ours) == (10.0, 25.0)
-    assert [app for app, _, _ in asked] == ["streams_bare", "streams_wrapped"]
+    assert (floor.lane, floor.bare, floor.ours) == ("stream-deltas, floor", 10.0, 18.0)
+    assert [app for app, _, _ in asked] == ["streams_bare", "streams_wrapped", "streams_floor"]
     for app, warmup, commands in asked:
         assert warmup["tokens"] == 12 and warmup["streams"] == 4 and warmup["rounds"] == 0
         assert [(name, command["tokens"]) for name, command in commands.items()] == [(f"{app}-2", 2), (f"{app}-12", 12)]
