@@ -33,6 +33,7 @@ class AppCalls(Replies):
     app_answer: Any  # the app's last answer: the response it stored last (chains.py)
     chains: Chains | None  # the store of Responses turns, on a route that chains by id
     send: Send
+    sent: bytes | None
     unwritten: bytes | None
 
     def rerun(self, step: Rerun | Closing | Denied) -> Coroutine[Any, Any, Answer | None]:
@@ -58,6 +59,8 @@ class AppCalls(Replies):
         loop's waits while it lasts (a stream's whole round), only the dispatcher's (and the retries' on a rerun)."""
         if self.observer.log_bodies:
             self.logging_obj.logger.debug("agentic round %d request: %s", self.depth, body.decode(errors="replace"))
+        if self.rerun_guardrails:  # what the model read, for the next round's guardrails (`judge_round`)
+            self.sent = body
         call: Coroutine[Any, Any, Answer | None]
         if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
             retries = Retries(self.forwarded_headers, self.settings.rerun_retries, self.logging_obj.logger)

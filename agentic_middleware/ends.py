@@ -114,6 +114,7 @@ class RequestEnds:
     scope: Any
     call_id: str
     body: dict[str, Any]
+    sent: bytes | None  # the last call's body, while rerun guardrails are mounted
     streaming: bool
     events: EventStream | LiveStream | None
     dispatch: Dispatcher
@@ -254,13 +255,16 @@ class RequestEnds:
         self.body = result.body
         return ", ".join(hook.name for hook in self.pre_call_hooks), "pre-call lifecycle"
 
-    async def judge_round(self, previous: Any) -> None:
-        """The guardrails on what the round just taken added to the body (`previous`: the last body's messages),
-        before the rerun is sent (rerun_guard.py): a refusal ends the turn, a mask is written into the body."""
+    async def judge_round(self) -> None:
+        """The guardrails on what the round just taken changed in the body, against the last body the app was sent
+        (its bytes, read again: what the model read, whatever a hook edited in place since), before the rerun is
+        sent (rerun_guard.py): a refusal ends the turn, a mask is written into the body."""
+        sent, self.sent = self.sent, None
         self.body = await judged_rerun(
             self.rerun_guardrails,
             self.body,
-            previous,
+            self.on_the_wire(self.body),
+            orjson.loads(sent) if sent is not None else {},  # none: everything is judged as new
             field=self.surface.messages_field,
             stream=self.streaming,
             **self.hook_context(),

@@ -54,6 +54,7 @@ class AgenticLoop(AskingHooks, AppCalls):
         "request_bytes",
         "retried",
         "send",
+        "sent",
         "unwritten",
         "usages",
         "write",
@@ -98,6 +99,7 @@ class AgenticLoop(AskingHooks, AppCalls):
         self.body = body
         self.request_bytes = raw  # the body as the first call sends it, unless a hook changes it first
         self.unwritten = unwritten  # the client's bytes, until a write of the body proves them not too deep
+        self.sent: bytes | None = None  # the last call's body, for the rerun guardrails (`judge_round`)
         self.dispatch = Dispatcher(
             setup.app,
             scope,
@@ -240,11 +242,9 @@ class AgenticLoop(AskingHooks, AppCalls):
                     if isinstance(step, Answer):
                         return step
                     answer = None  # the judged round's answer is not held while the next round streams
-                    previous = self.body.get(self.surface.messages_field)
                     self.take(step)
-                    if self.rerun_guardrails:  # what the round added is judged before the model reads it
-                        await self.judge_round(previous)
-                    previous = None
+                    if self.rerun_guardrails:  # what the round changed is judged before the model reads it
+                        await self.judge_round()
                     if self.observer.wants(self.round):  # the judged round is reported before the next begins
                         await self.observer.round_done(self.round)
                     answer = self.taken(await self.rerun(step))
