@@ -34,7 +34,7 @@ import orjson
 from .guardrail_texts import extra_slots
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
-from .guardrail_walk import Slot, check_depth, unreadable
+from .guardrail_walk import KeyOf, Slot, check_depth, rename_keys, unreadable
 from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
@@ -150,8 +150,12 @@ class GuardrailView:
             *_slots(data, self.api_surface, self.skip_system, self.skip_tool),
             *extra_slots(data, self.api_surface),
         ]
+        renamed: dict[int, KeyOf] = {}
         for (holder, key), text in zip(slots, returned, strict=True):
             holder[key] = text
+            if isinstance(holder, KeyOf):
+                renamed[id(holder)] = holder
+        rename_keys(renamed.values())  # after every value is written under its key's old name
 
     def write_tool_calls(self, returned: list[Any]) -> str | None:
         """The tool calls a guardrail returned, each where it came from (on copies); a problem, else None."""

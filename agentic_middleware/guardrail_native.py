@@ -19,16 +19,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .guardrail_walk import Slot, every_string, string_slot, unreadable
+from .guardrail_walk import Slot, every_string, read_fields, rest_slots, string_slot, unreadable
 from .native import encode_text, read_text
 
 # A result's fields the next turn gives the model as text (format_sources), `encrypted_content` decoded.
 _RESULT_FIELDS = ("title", "url", "page_age")
+_RESULT_READ = read_fields(*_RESULT_FIELDS, "encrypted_content")
 # A citation's fields that hold words (Anthropic's citation types: `cited_text`, a title by one name or the other,
 # a web result's URL and a search result's source).
 _CITATION_FIELDS = ("cited_text", "title", "document_title", "url", "source")
+# ...and the rest of a citation is walked (rest_slots) but for its `encrypted_index`, Anthropic's own.
+_CITATION_READ = read_fields(*_CITATION_FIELDS, "encrypted_index")
 # A Responses search action's fields that hold words, besides its lists of `queries` and `sources`.
 _ACTION_FIELDS = ("query", "url", "pattern")
+_ACTION_READ = read_fields(*_ACTION_FIELDS, "queries", "sources")
+# What the readers here read of the records themselves: the rest of each is walked (rest_slots).
+_QUERY_READ = read_fields("input", "name")
+_RESULTS_READ = read_fields("content")
+_ERROR_READ = read_fields("error_code")
+_SEARCH_CALL_READ = read_fields("action", "results")
+_SOURCE_READ = read_fields("url")
 
 
 class _Encoded:
@@ -61,6 +71,8 @@ def citation_slots(part: dict[str, Any]) -> Iterator[Slot]:
             raise unreadable(f"a citation that is {type(citation).__name__}")
         for key in _CITATION_FIELDS:
             yield from string_slot(citation, key)
+        if not _CITATION_READ.issuperset(citation):
+            yield from rest_slots(citation, _CITATION_READ)
 
 
 def block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
@@ -73,10 +85,16 @@ def block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
             raise unreadable(f"a server_tool_use input that is {type(given).__name__}")
         yield from every_string(given or {})
         yield from string_slot(block, "name")
+        if not _QUERY_READ.issuperset(block):
+            yield from rest_slots(block, _QUERY_READ)
     elif kind == "web_search_tool_result" and not skip_tool:
         content = block.get("content")
+        if not _RESULTS_READ.issuperset(block):
+            yield from rest_slots(block, _RESULTS_READ)
         if isinstance(content, dict):
             yield from string_slot(content, "error_code")
+            if not _ERROR_READ.issuperset(content):
+                yield from rest_slots(content, _ERROR_READ)
         elif isinstance(content, list):
             yield from _results(content)
         elif content is not None:
@@ -97,12 +115,18 @@ def web_search_call_slots(item: dict[str, Any], skip_tool: bool) -> Iterator[Slo
         if not isinstance(query, str):
             raise unreadable(f"a query that is {type(query).__name__}")
         yield queries, index
+    if not _ACTION_READ.issuperset(action):
+        yield from rest_slots(action, _ACTION_READ)
+    if not _SEARCH_CALL_READ.issuperset(item):
+        yield from rest_slots(item, _SEARCH_CALL_READ)
     if skip_tool:
         return
     for source in _listed(action, "sources"):
         if not isinstance(source, dict):
             raise unreadable(f"a source that is {type(source).__name__}")
         yield from string_slot(source, "url")
+        if not _SOURCE_READ.issuperset(source):
+            yield from rest_slots(source, _SOURCE_READ)
     yield from _results(_listed(item, "results"))
 
 
@@ -120,6 +144,8 @@ def _results(results: list[Any]) -> Iterator[Slot]:
             raise unreadable(f"a search result that is {type(result).__name__}")
         for key in _RESULT_FIELDS:
             yield from string_slot(result, key)
+        if not _RESULT_READ.issuperset(result):
+            yield from rest_slots(result, _RESULT_READ)
         content = result.get("encrypted_content")
         if isinstance(content, str):
             try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .guardrail_walk import Slot, image_slots, string_slot, strings, unreadable
+from .guardrail_walk import Slot, image_slots, read_fields, rest_slots, string_slot, strings, unreadable
 
 _NONE: frozenset[str] = frozenset()
 
@@ -79,6 +79,8 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
                 raise unreadable(f"a code_interpreter_call output that is {type(output).__name__}")
             if output.get("type") != "image":
                 yield from strings(output)
+        if not _CODE_READ.issuperset(item):
+            yield from rest_slots(item, _CODE_READ)
         return
     image = _IMAGES.get(kind)
     if image is None:
@@ -88,11 +90,19 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
     yield from image_slots(item, image)
 
 
-def mcp_call_slots(item: dict[str, Any]) -> Iterator[Slot]:
-    """An `mcp_call`'s output and error, which the model reads (its arguments are among the `tool_calls`)."""
-    yield from string_slot(item, "output")
-    error = item.get("error")
-    if isinstance(error, str):
-        yield item, "error"
-    elif error is not None:
-        yield from strings(error)
+_MCP_CALL_READ = read_fields("name", "arguments", "output", "error")
+_CODE_READ = read_fields("code", "outputs")
+
+
+def mcp_call_slots(item: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
+    """An `mcp_call`'s output and error, which the model reads, unless tool texts are skipped (its name and
+    arguments are among the `tool_calls`); and its other fields, its server's label, as the call's words."""
+    if not skip_tool:
+        yield from string_slot(item, "output")
+        error = item.get("error")
+        if isinstance(error, str):
+            yield item, "error"
+        elif error is not None:
+            yield from strings(error)
+    if not _MCP_CALL_READ.issuperset(item):
+        yield from rest_slots(item, _MCP_CALL_READ)

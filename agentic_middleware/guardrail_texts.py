@@ -23,7 +23,7 @@ from .guardrail_records import (
     messages_record_slots,
     responses_record_slots,
 )
-from .guardrail_walk import Slot, every_string, string_slot, strings, unknown_slots, unreadable
+from .guardrail_walk import Slot, every_string, read_fields, rest_slots, string_slot, strings, unknown_slots, unreadable
 
 # Parts whose words are a `text` (or a refusal's `refusal`), on any route.
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text", "summary_text", "reasoning_text", "refusal"))
@@ -38,10 +38,38 @@ _NATIVE_BLOCKS = frozenset(("server_tool_use", "web_search_tool_result"))
 _OUTPUTS = frozenset(
     ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "apply_patch_call_output")
 )
+# Responses items that are a tool's output: left out with `skip_tool_message_in_guardrail`, as LiteLLM leaves out
+# tool messages (the ones of other types, records walked by guardrail_records.py, are read there).
+TOOL_OUTPUTS = _OUTPUTS | frozenset(("shell_call_output", "computer_call_output"))
 # Responses calls whose words are among the `tool_calls` (guardrail_inputs.py), not the texts.
 _CALLS = frozenset(("function_call", "custom_tool_call"))
-# A document's sources that hold no text: bytes, a URL the provider fetches, a file's id.
+# A document's sources that hold no text: bytes, a URL the provider fetches, a file's id (its URL is given).
 _OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
+
+# What a reader reads of each known message, block, part or item, or leaves out on purpose: the rest of its fields
+# are walked (rest_slots), so that words a client puts in a field no reader names are judged all the same. Left
+# out on purpose: bytes (a source's or a file's `data`, a media type), a Chat message's `audio` (an id) and
+# LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_walk.HARMLESS) everywhere.
+_MESSAGE_READ = {
+    "anthropic_messages": read_fields("role", "content"),
+    "chat_completions": read_fields(
+        "role", "content", "refusal", "tool_calls", "function_call", "audio", "thinking_blocks"
+    ),
+    "responses": read_fields("role", "content"),
+}
+_TEXT_READ = read_fields("text", "refusal", "citations", "annotations")
+_CONTENT_READ = read_fields("content")
+_SOURCE_READ = read_fields("data", "media_type", "content")
+_CALL_READ = read_fields("name", "input", "arguments")
+_FETCHED_READ = read_fields("url", "retrieved_at", "error_code", "content")
+_DOCUMENT_READ = read_fields("title", "context", "source")
+_SEARCH_RESULT_READ = read_fields("title", "source", "content")
+_FILE_READ = read_fields("file_data")
+_CHAT_FILE_READ = read_fields("file")
+_REASONING_READ = read_fields("summary", "content", "encrypted_content")
+_OUTPUT_READ = read_fields("output")
+# The words of roles: any other role is given, as a word a lenient app may show (a role no API has).
+_ROLES = frozenset(("user", "assistant", "system", "developer", "tool", "function"))
 
 
 def _kind(holder: dict[str, Any]) -> str | None:
@@ -54,20 +82,24 @@ def _kind(holder: dict[str, Any]) -> str | None:
 
 
 def role(item: Any, api_surface: str) -> str:
-    """A message's role as LiteLLM scopes it: a Responses tool output (`*_call_output`) counts as "tool".
+    """A message's role as LiteLLM scopes it: a Responses tool output counts as "tool".
 
-    On Responses only a message (type "message", or none) has a role: any other item claiming one (a
-    `web_search_call` with `"role": "system"`) has none, so the skip settings never leave it out unjudged."""
+    Only what can be a tool's output counts as one, so the skip settings leave nothing else out unjudged: on
+    Responses the output items of the tools the routes know (`TOOL_OUTPUTS`; a made-up `x_call_output` is an item
+    no reader knows, judged whatever the settings), and a message has a role but not "tool", which only Chat has
+    (a Messages or Responses message claiming it is judged); any other item claiming a role (a `web_search_call`
+    with `"role": "system"`) has none."""
     if not isinstance(item, dict):
         return ""
     if api_surface == "responses":
         kind = item.get("type")
-        if isinstance(kind, str) and kind.endswith("_call_output"):
+        if isinstance(kind, str) and kind in TOOL_OUTPUTS:
             return "tool"
         if kind not in (None, "message"):
             return ""
     value = item.get("role")
-    return value.lower() if isinstance(value, str) else ""
+    said = value.lower() if isinstance(value, str) else ""
+    return "" if said == "tool" and api_surface != "chat_completions" else said
 
 
 def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: bool) -> Iterator[Slot]:
@@ -78,6 +110,7 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
     if api_surface == "anthropic_messages" and not skip_system:
         yield from _content_slots(data, "system")
     messages = data.get("messages")
+    read = _MESSAGE_READ[api_surface]
     for message in messages if isinstance(messages, list) else ():
         if not isinstance(message, dict):
             raise unreadable(f"a message that is {type(message).__name__}")
@@ -90,14 +123,36 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
         content = message.get("content")
         if not isinstance(content, list):
             yield from _content_slots(message, "content")
-            continue
-        for block in content:
-            if not isinstance(block, dict):
-                raise unreadable(f"a part of content that is {type(block).__name__}")
-            if api_surface == "anthropic_messages":
-                yield from _block_slots(block, skip_tool)
-            else:
-                yield from _part_slots(block)
+        else:
+            for block in content:
+                if not isinstance(block, dict):
+                    raise unreadable(f"a part of content that is {type(block).__name__}")
+                if api_surface == "anthropic_messages":
+                    yield from _block_slots(block, skip_tool)
+                else:
+                    yield from _part_slots(block)
+        if not _plain(message, read):
+            yield from _message_rest(message, read)
+
+
+def _message_rest(message: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
+    """A message's fields no reader names (a `name`, fields a client made up), and its role when it is none of
+    the APIs' roles: words a lenient app may show the model. Called only for a message that has either
+    (`_plain`): an ordinary one starts no walk."""
+    said = message.get("role")
+    if isinstance(said, str):
+        if said not in _ROLES:
+            yield message, "role"
+    elif said is not None:
+        yield from strings(said, depth=1, own=False)
+    if not read.issuperset(message):
+        yield from rest_slots(message, read)
+
+
+def _plain(message: dict[str, Any], read: frozenset[str]) -> bool:
+    """Whether a message has only the fields its reader reads, and a role of the APIs' (or none)."""
+    said = message.get("role")
+    return read.issuperset(message) and (said is None or (isinstance(said, str) and said in _ROLES))
 
 
 def extra_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
@@ -151,8 +206,11 @@ def _block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
             yield from _web_fetch_slots(block)
         else:
             yield from _content_slots(block, "content")
-    elif kind == "tool_use":
-        return  # its name and input are among the `tool_calls` (guardrail_inputs.py)
+        if not _CONTENT_READ.issuperset(block):  # a tool_result's `is_error` that is not a boolean, say
+            yield from rest_slots(block, _CONTENT_READ)
+    elif kind == "tool_use":  # its name and input are among the `tool_calls` (guardrail_inputs.py)
+        if not _CALL_READ.issuperset(block):
+            yield from rest_slots(block, _CALL_READ)
     elif kind in _NATIVE_BLOCKS:
         yield from block_slots(block, skip_tool)  # a native record's words (guardrail_native.py)
     elif isinstance(kind, str) and kind in MESSAGES_RECORDS:
@@ -174,6 +232,8 @@ def _web_fetch_slots(block: dict[str, Any]) -> Iterator[Slot]:
         return
     for key in ("url", "retrieved_at", "error_code"):
         yield from string_slot(content, key)
+    if not _FETCHED_READ.issuperset(content):
+        yield from rest_slots(content, _FETCHED_READ)
     document = content.get("content")
     if isinstance(document, dict):
         yield from _part_slots(document)
@@ -214,6 +274,8 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
         if annotations is not None and not isinstance(annotations, list):
             raise unreadable(f"annotations that are {type(annotations).__name__}")
         yield from strings(annotations)
+        if not _TEXT_READ.issuperset(part):  # a Responses text's `logprobs` tokens, fields made up
+            yield from rest_slots(part, _TEXT_READ)
     elif kind in ("document", "search_result"):
         yield from string_slot(part, "title")
         if kind == "document":
@@ -226,11 +288,30 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
                 yield from _content_slots(source, "content")
             elif isinstance(source, dict) and given not in _OPAQUE_SOURCES:
                 yield from unknown_slots(source)
+                source = None
+            # a URL source's `url`; a base64 source's bytes are not words
+            if isinstance(source, dict) and not _SOURCE_READ.issuperset(source):
+                yield from rest_slots(source, _SOURCE_READ)
+            if not _DOCUMENT_READ.issuperset(part):  # its `citations` setting too
+                yield from rest_slots(part, _DOCUMENT_READ)
         else:
             yield from string_slot(part, "source")
             yield from _content_slots(part, "content")
+            if not _SEARCH_RESULT_READ.issuperset(part):
+                yield from rest_slots(part, _SEARCH_RESULT_READ)
     elif kind == "tool_result":
         yield from _content_slots(part, "content")
+        if not _CONTENT_READ.issuperset(part):
+            yield from rest_slots(part, _CONTENT_READ)
+    elif kind == "input_file":  # its name and URL are words; its bytes are not
+        if not _FILE_READ.issuperset(part):
+            yield from rest_slots(part, _FILE_READ)
+    elif kind == "file":  # Chat's: the same, one level down
+        file = part.get("file")
+        if isinstance(file, dict) and not _FILE_READ.issuperset(file):
+            yield from rest_slots(file, _FILE_READ)
+        if not _CHAT_FILE_READ.issuperset(part):
+            yield from rest_slots(part, _CHAT_FILE_READ)
     elif kind not in _OPAQUE_PARTS:
         yield from unknown_slots(part)
 
@@ -253,17 +334,25 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
             continue
         if kind == "message" or (kind is None and "role" in item):
             yield from _content_slots(item, "content")
+            if not _plain(item, _MESSAGE_READ["responses"]):
+                yield from _message_rest(item, _MESSAGE_READ["responses"])
         elif kind == "reasoning":  # its summary (and its text, when sent) are words the app may show the model
             yield from _content_slots(item, "summary")
             yield from _content_slots(item, "content")
+            if not _REASONING_READ.issuperset(item):
+                yield from rest_slots(item, _REASONING_READ)
         elif kind == "web_search_call":  # a native search's record (guardrail_native.py)
             yield from web_search_call_slots(item, skip_tool)
         elif kind == "mcp_call":  # a call and its output in one item: the model reads the output
-            if not skip_tool:
-                yield from mcp_call_slots(item)
+            yield from mcp_call_slots(item, skip_tool)
         elif kind in _OUTPUTS:
             yield from _content_slots(item, "output")
+            if not _OUTPUT_READ.issuperset(item):
+                yield from rest_slots(item, _OUTPUT_READ)
         elif isinstance(kind, str) and kind in RESPONSES_RECORDS:
             yield from responses_record_slots(item)
-        elif kind not in _CALLS:  # an item of a type no reader knows (or none, and no role): given whole
+        elif kind in _CALLS:  # its name and arguments are among the `tool_calls`
+            if not _CALL_READ.issuperset(item):
+                yield from rest_slots(item, _CALL_READ)
+        else:  # an item of a type no reader knows (or none, and no role): given whole
             yield from unknown_slots(item)
