@@ -118,14 +118,13 @@ class LiveStream:
 
     async def start(self, app_start: Message | None) -> None:
         """Begin the client's response: our event-stream headers, with the app's own others."""
-        headers: list[tuple[bytes, bytes]] = []
-        names = set()
-        for name, value in app_start.get("headers", ()) if app_start is not None else ():
-            lowered = name.lower()
-            if lowered not in _NOT_FORWARDED:
-                headers.append((name, value))
-                names.add(lowered)
-        headers += [header for header in SSE_HEADERS if header[0] not in names]
+        app_headers = app_start.get("headers", ()) if app_start is not None else ()
+        headers = [(name, value) for name, value in app_headers if name.lower() not in _NOT_FORWARDED]
+        if headers:
+            names = {name.lower() for name, _ in headers}
+            headers += [header for header in SSE_HEADERS if header[0] not in names]
+        else:  # most apps: only a content-type, which is ours
+            headers = SSE_HEADERS.copy()
         self.opened = True
         await self.written({"type": "http.response.start", "status": 200, "headers": headers})
         self.kept_alive = keep_alive(self)
@@ -266,7 +265,8 @@ class LiveStream:
         body = self.answer_of(reply)
         if 200 <= status < 300 and isinstance(body, dict):
             try:
-                return self.relay.finish(body, fresh=self.overridden)
+                built = self.judged[1] if self.judged is not None else None  # not built again to be compared
+                return self.relay.finish(body, fresh=self.overridden, built=built)
             except StreamMismatch as error:
                 logger.error(
                     "a hook changed an answer whose text was already streamed (%s); a hook that rewrites answers "

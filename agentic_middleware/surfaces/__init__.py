@@ -170,12 +170,16 @@ class StreamRelay(ABC):
         """The round's answer exactly as the app returns it without streaming; None if its stream ended early."""
 
     @abstractmethod
-    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+    def finish(
+        self, final: Mapping[str, Any], fresh: bool = False, built: Mapping[str, Any] | None = None
+    ) -> list[bytes]:
         """The events that end the client's stream with `final`, the loop's answer (hooks applied, usage summed).
 
         What the client has of the last round must begin `final`: the rest of it goes out (the held events
         as the app sent them, when `final` is the round's own answer), then the route's closing events.
-        With `fresh`, `final` replaces the last round (a `response_override`) and follows what was sent.
+        With `fresh`, `final` replaces the last round (a `response_override`) and follows what was sent. `built`: what
+        `body` gave at the last round's end (`LiveStream` keeps it), compared with `final` instead of a body built
+        again (nothing is read into the relay after a round's end).
         Also called when nothing was streamed (the app answered JSON): then it writes the whole stream.
         Raises `StreamMismatch` when `final` does not continue what the client has.
         """

@@ -298,13 +298,15 @@ class ChatRelay(StreamRelay):
             body["usage"] = self.usage
         return body
 
-    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+    def finish(
+        self, final: Mapping[str, Any], fresh: bool = False, built: Mapping[str, Any] | None = None
+    ) -> list[bytes]:
         choices = final.get("choices")
         choices = choices if isinstance(choices, list) else []
         head_id, created = self.head or (final.get("id"), final.get("created"))
         base = sse.chat_base({**final, "id": head_id, "created": created}, self.include_usage)
         events: list[bytes] = []
-        answer = None if fresh else self.body()
+        answer = None if fresh else self.body() if built is None else built
         if answer is not None and choices == answer["choices"]:
             events += self.held
         else:

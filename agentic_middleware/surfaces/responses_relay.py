@@ -198,7 +198,9 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         output = self.terminal.get("output") or [self.items[index] for index in sorted(self.items)]
         return {**self.terminal, "output": output}
 
-    def finish(self, final: Mapping[str, Any], fresh: bool = False) -> list[bytes]:
+    def finish(
+        self, final: Mapping[str, Any], fresh: bool = False, built: Mapping[str, Any] | None = None
+    ) -> list[bytes]:
         events: list[bytes] = []
         if not self.started:
             events += sse.responses_start(self.emit, final)
@@ -207,7 +209,7 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         output = final.get("output")
         output = output if isinstance(output, list) else []
         sent = [self.items[index] for index in sorted(self.released)]
-        answer = None if fresh else self.body()
+        answer = None if fresh else self.body() if built is None else built
         if answer is not None and output == answer["output"]:
             events += self.release([*self.waiting, *self.held])
             whole = [self.shown.get(position, item) for position, item in enumerate(output)]
