@@ -7,7 +7,7 @@ meets them, so that the reading stays one path a reviewer can follow top to bott
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -106,14 +106,18 @@ async def started(lifecycle: HookLifecycle, hook_timeout: float | None, surface:
     return True
 
 
-async def read_policy(scope: Scope, surface: Surface, send: Send, settings: Settings) -> tuple[bool, ToolPolicy | None]:
-    """Whether the request's tool policy could be read (policy.py), and the policy, read once per request.
+async def read_policy(
+    scope: Scope, surface: Surface, send: Send, settings: Settings, served: Mapping[str, str]
+) -> tuple[bool, ToolPolicy | None]:
+    """Whether the request's tool policy could be read (policy.py), and the policy, read once per request, with the
+    names the hooks serve a hosted tool's family by (`served`: `policy.served_families`) judged by that family too.
 
     A function that fails refuses the request, never lets it run unchecked: a `RequestRefused` it raised with
     its own status and headers, anything else (a wrong return type included) 503 `tool_policy_unavailable`."""
     assert settings.tool_policy is not None
     try:
-        return True, await policy_of(scope, settings.tool_policy, settings.hook_timeout)
+        policy = await policy_of(scope, settings.tool_policy, settings.hook_timeout)
+        return True, None if policy is None else policy.serving(served)
     except RequestRefused as refused:
         logger.warning("the tool policy refused the request (%d): %s", refused.status, refused)
         await refuse(send, surface, refused.status, str(refused), refused.code, refused.param, refused.headers)

@@ -77,14 +77,14 @@ def model_route(path: str, surface_of: Callable[[str], Surface | None]) -> Surfa
 
 
 async def judged_method(
-    scope: Scope, receive: Receive, send: Send, surface_of: Callable[[str], Surface | None]
+    path: str, scope: Scope, receive: Receive, send: Send, surface_of: Callable[[str], Surface | None]
 ) -> Receive | None:
     """For a request that is not a `POST`, with guardrails, pre-call hooks or a tool policy mounted: the `receive`
     it goes on with, or None when it was refused here with a 405 in the route's shape (`Allow: POST`).
 
     A path that is not a model route goes on untouched; on one, only a GET, HEAD, OPTIONS or DELETE without a body
     does."""
-    surface = model_route(scope["path"], surface_of)
+    surface = model_route(path, surface_of)  # the path as the app routes it (`Middleware.path_of`)
     if surface is None:
         return receive
     method = scope["method"]

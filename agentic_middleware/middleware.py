@@ -21,13 +21,12 @@ from .hooks import BoundHook
 from .lifespan import HookLifecycle
 from .loop import AgenticLoop
 from .loop_setup import LoopSetup
-from .methods import judged_method
+from .methods import judged_method, model_route
 from .observe import Observer, RoundCallback
 from .payload import TOO_DEEP, own_size, too_deep
-from .policy import PROMPT_REFUSED, PolicyFunction, client_own, scoped
-from .policy_forms import RESPONSES
+from .policy import PROMPT_REFUSED, PolicyFunction, client_own, scoped, served_families, stored_prompt
 from .precall import has_pre_call
-from .routes import warn_uncovered
+from .routes import judged_path, warn_uncovered
 from .shown import ShownIds
 from .surfaces import Surface, surfaces
 from .tools import share_tools
@@ -105,6 +104,7 @@ class AgenticLoopMiddleware:
             tool_policy=tool_policy,
         )
         self.hooks = tuple(BoundHook(hook) for hook in self.settings.hooks)
+        self.served = served_families(self.settings.hooks)  # a search served as `find` is judged as `web_search` too
         share_tools(self.settings.hooks)
         self.lifecycle = HookLifecycle(self.hooks)
         self.tool_hooks = tool_hooks(self.hooks)  # they declare into token counts too (counting.py)
@@ -132,21 +132,22 @@ class AgenticLoopMiddleware:
         self.litellm_checked = warn_if_litellm_runs(self.settings.hooks)  # again at the first looped request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        surface = self.surface_of(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        compact = surface is None and (surface := self._compact_judged(scope)) is not None
+        path = "" if scope["type"] == "lifespan" else self.path_of(scope)
+        surface = self.surface_of(path) if scope["type"] == "http" and scope["method"] == "POST" else None
+        compact = surface is None and (surface := self._compact_judged(scope, path)) is not None
         if surface is None:
             if self.judges_methods and scope["type"] == "http" and scope["method"] != "POST":
-                judged = await judged_method(scope, receive, send, self.surface_of)
+                judged = await judged_method(path, scope, receive, send, self.surface_of)
                 if judged is None:
                     return
                 receive = judged
             if scope["type"] == "lifespan":
                 await self.lifecycle.lifespan(self.app, scope, receive, send)
-            elif scope["type"] == "websocket" and self.surface_of(scope["path"]) is not None:
+            elif scope["type"] == "websocket" and self.surface_of(path) is not None:
                 await socket(self.app, scope, receive, send, self.guarded, self.settings)
-            elif (counted := self._count_route(scope)) is not None:
+            elif (counted := self._count_route(scope, path)) is not None:
                 await self._count(counted, scope, receive, send)
-            elif (last := self._beside_responses(scope)) is not None:
+            elif (last := self._beside_responses(scope, path)) is not None:
                 assert self.chains is not None
                 await beside(self.chains, self.app, scope, receive, send, last, self.settings.max_body_bytes)
             else:
@@ -167,7 +168,7 @@ class AgenticLoopMiddleware:
             return
         policy = None
         if self.settings.tool_policy is not None:  # the count holds the tools this caller's turn would get
-            read, policy = await read_policy(scope, counted, send, self.settings)
+            read, policy = await read_policy(scope, counted, send, self.settings, self.served)
             if not read:
                 return
         await count(
@@ -198,7 +199,7 @@ class AgenticLoopMiddleware:
         raw, complete = request
         policy = None
         if self.settings.tool_policy is not None:  # every request on the route, whatever the loop does with it
-            read, policy = await read_policy(scope, surface, send, self.settings)
+            read, policy = await read_policy(scope, surface, send, self.settings, self.served)
             if not read:
                 return None
         judged = policy is not None and policy.judges_names  # its tools must be looked at before the app sees them
@@ -235,9 +236,9 @@ class AgenticLoopMiddleware:
             # A stream that passes by the loop is still judged by the guardrails: they judge the request.
             checks_only = not takes_part and bool(self.setup.guardrail_hooks)
             stream_options = relay = None
-            if judged and surface.name == RESPONSES and body.get("prompt") is not None:
+            if judged and (prompt := stored_prompt(surface.name, body)) is not None:
                 # A stored prompt may carry tools of its own, which nothing here can read: refused (fail closed).
-                await refuse(send, surface, 403, PROMPT_REFUSED, "tool_policy_refused", "prompt")
+                await refuse(send, surface, 403, PROMPT_REFUSED.format(param=prompt), "tool_policy_refused", prompt)
                 return None
             if judged and not takes_part:  # a request the loop passes by: its own tools judged all the same
                 assert policy is not None
@@ -309,39 +310,47 @@ class AgenticLoopMiddleware:
         await self.app(scope, replay(raw, receive), send)
         return None
 
-    def _compact_judged(self, scope: Scope) -> Surface | None:
+    def _compact_judged(self, scope: Scope, path: str) -> Surface | None:
         """With a guardrail or a tool policy mounted, the format of a POST they judge as a request that does not loop;
         else None. `<Responses route>/compact`: the conversation goes to the model to be compacted. A route or that path
         with a trailing slash (`/v1/messages/`): many servers answer it as the route, and an app with a catch-all
         (a proxy) hands it on as it came; not looped, as the loop's calls would go to the app at that spelling."""
         if not (self.setup.guardrail_hooks or self.settings.tool_policy) or scope.get("method") != "POST":
             return None
-        path = scope["path"]
         if path.endswith("/") and (surface := self.surface_of(path[:-1])) is not None:
             return surface
         base, _, last = path.removesuffix("/").rpartition("/")
         surface = self.surface_of(base) if last == "compact" else None
         return surface if surface is not None and surface.chains_by_id else None
 
-    def _count_route(self, scope: Scope) -> Surface | None:
+    def _count_route(self, scope: Scope, path: str) -> Surface | None:
         """For `POST <Messages route>/count_tokens` or `POST <Responses route>/input_tokens` with a tool hook or a
         tool policy mounted, the route's format: the count is to hold the tools the route's own request would get."""
         if not (self.tool_hooks or self.settings.tool_policy) or scope.get("method") != "POST":
             return None
-        base, _, last = scope["path"].rpartition("/")
+        base, _, last = path.rpartition("/")
         surface = self.surface_of(base) if last in COUNT_ENDPOINTS.values() else None
         return surface if surface is not None and COUNT_ENDPOINTS.get(surface.name) == last else None
 
-    def _beside_responses(self, scope: Scope) -> str | None:
+    def _beside_responses(self, scope: Scope, path: str) -> str | None:
         """For a request under a Responses route that may name a recorded id (`POST .../compact`, `POST
         .../input_tokens`, `DELETE .../{id}`), its path's last segment (followups.py); else None."""
         if self.chains is None or scope["type"] != "http" or scope["method"] not in ("POST", "DELETE"):
             return None
-        base, _, last = scope["path"].rpartition("/")
+        base, _, last = path.rpartition("/")
         if not last or (scope["method"] == "POST" and last not in CONTEXT_ENDPOINTS):
             return None
         surface = self.surface_of(base)
         return last if surface is not None and surface.chains_by_id else None
+
+    def path_of(self, scope: Scope) -> str:
+        """The path a request is judged by: as the app behind routes it, without the `root_path` of a `Mount` or of
+        uvicorn's `--root-path` (`routes.judged_path`)."""
+        return judged_path(scope, self.is_model_path)
+
+    def is_model_path(self, path: str) -> bool:
+        """Whether a path is a model route or under one (its trailing slash, `compact`, the counts)."""
+        return model_route(path, self.surface_of) is not None
 
     def surface_of(self, path: str) -> Surface | None:
         """The wire format a path is routed to: by its exact path, else by a route template."""

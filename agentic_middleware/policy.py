@@ -12,6 +12,7 @@ every claimed call gets an error result the model reads). Names are matched as M
 from __future__ import annotations
 
 import asyncio
+import copy
 import fnmatch
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -23,8 +24,18 @@ from typing import Any
 from starlette.types import Scope
 
 from .errors import ConfigurationError
-from .policy_forms import FUNCTIONS_OWN, client_runs, judged_names, scoped_fields, wire_form
+from .policy_forms import (
+    FUNCTIONS_OWN,
+    RESPONSES,
+    WEB_SEARCH,
+    client_runs,
+    family,
+    judged_names,
+    scoped_fields,
+    wire_form,
+)
 from .surfaces import Surface, ToolResult, canonical, field, tool_name
+from .tools import ServerTools
 
 PolicyFunction = Callable[[Scope], "ToolPolicy | Awaitable[ToolPolicy | None] | None"]
 
@@ -34,8 +45,18 @@ HELD_BACK = (
     "Call {name!r} again, without {denied}, if you still need it."
 )
 PROMPT_REFUSED = (
-    "this caller's tool policy does not allow a stored prompt (`prompt`): the tools it may carry cannot be judged"
+    "this caller's tool policy does not allow a stored prompt (`{param}`): the tools it may carry cannot be judged"
 )
+# The fields that name a stored prompt, whose template the app fills in with tools of its own: OpenAI Responses'
+# `prompt`, and LiteLLM's prompt management on every route (`prompt_id`, with its `prompt_variables`,
+# `prompt_version`, `prompt_label` and `prompt_environment`), whose template's parameters replace the request's.
+LITELLM_PROMPT_FIELDS = ("prompt_id", "prompt_variables", "prompt_version", "prompt_label", "prompt_environment")
+
+
+# The names a hook serves a hosted tool's family by whatever the middleware's hooks: LiteLLM's web search
+# interception (`WebSearchInterceptionLogger`, in the middleware or in LiteLLM's proxy behind it) turns a client's
+# native web search into the function `litellm_web_search` and runs the model's calls to it on the operator's search.
+SERVED_FAMILIES: Mapping[str, str] = MappingProxyType({"litellm_web_search": WEB_SEARCH})
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
@@ -60,18 +81,24 @@ class ToolPolicy:
 
     `allowed_tools`: the tool names (or shell patterns) the caller may use, None for all; `denied_tools`: those it
     may not, applied after `allowed_tools`; both name tools as the model sees them (an MCP tool with its `prefix`).
-    `max_agentic_loops` caps the request's loop limit (whatever else sets it), None for no cap. `hosted_mcp`: the
-    MCP servers the model app may connect to for this caller (OpenAI's `mcp` tool, Anthropic's `mcp_servers`), each
-    label bound to its server's URL (or OpenAI `connector_id`), `{"docs": "https://docs.example/mcp"}`; a hosted MCP
-    entry is judged (as `<label>_<tool>`) only when its label and server are bound so, else not declared, under any
-    policy that judges names. Setting it makes a policy judge names. `ToolPolicy()` allows everything, as no policy
-    does.
+    A tool a hook serves a hosted tool's family by, under a name of its own (LiteLLM's `litellm_web_search`, the
+    target of a `ServerTools(native=...)` mapping: `served`), is judged by that family as well as by its name: a
+    caller denied `web_search` gets no web search under another name. `max_agentic_loops` caps the request's loop
+    limit (whatever else sets it), None for no cap. `hosted_mcp`: the MCP servers the model app may connect to for
+    this caller (OpenAI's `mcp` tool, Anthropic's `mcp_servers`), each label bound to its server's URL (or OpenAI
+    `connector_id`), `{"docs": "https://docs.example/mcp"}`; a hosted MCP entry is judged (as `<label>_<tool>`) only
+    when its label and server are bound so, else not declared, under any policy that judges names. Setting it makes
+    a policy judge names. `ToolPolicy()` allows everything, as no policy does.
     """
 
     allowed_tools: tuple[str, ...] | None = None
     denied_tools: tuple[str, ...] | None = None
     max_agentic_loops: int | None = None
     hosted_mcp: Mapping[str, str] | None = attribute(default=None, hash=False)  # a mapping is not hashable
+    # The served name -> the family it serves (`serving`); the middleware's own knowledge, not the caller's policy.
+    served: Mapping[str, str] = attribute(
+        default_factory=lambda: SERVED_FAMILIES, hash=False, compare=False, repr=False
+    )
 
     def __init__(
         self,
@@ -92,6 +119,7 @@ class ToolPolicy:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise ConfigurationError(f"ToolPolicy max_agentic_loops must be a whole number >= 0, got {limit!r}")
         object.__setattr__(self, "max_agentic_loops", limit)
+        object.__setattr__(self, "served", SERVED_FAMILIES)
 
     @property
     def judges_names(self) -> bool:
@@ -99,14 +127,44 @@ class ToolPolicy:
         return self.allowed_tools is not None or self.denied_tools is not None or self.hosted_mcp is not None
 
     def allows(self, name: str) -> bool:
-        """Whether the caller may use the tool the model knows as `name`."""
+        """Whether the caller may use the tool the model knows as `name`: by that name, and by the family of the
+        hosted tool it serves when a hook serves one by it (`served`), so that both must be allowed."""
+        family = self.served.get(name)
+        return self._allows(name) and (family is None or self._allows(family))
+
+    def _allows(self, name: str) -> bool:
         if self.allowed_tools is not None and not matches(name, self.allowed_tools):
             return False
         return self.denied_tools is None or not matches(name, self.denied_tools)
 
+    def serving(self, families: Mapping[str, str]) -> ToolPolicy:
+        """This policy, with the names the middleware's hooks serve a hosted tool's family by (`{"find":
+        "web_search"}` for `ServerTools(native={"web_search": "find"})`) judged by that family too. The policy
+        function need not know the hooks' names for a family: the middleware adds them to what it returns."""
+        if not families or all(self.served.get(name) == kind for name, kind in families.items()):
+            return self
+        policy = copy.copy(self)
+        object.__setattr__(policy, "served", MappingProxyType({**self.served, **families}))
+        return policy
+
     def capped(self, limit: int) -> int:
         """The request's loop limit under this policy's cap."""
         return limit if self.max_agentic_loops is None else min(limit, self.max_agentic_loops)
+
+
+def served_families(hooks: Iterable[object]) -> Mapping[str, str]:
+    """The names the middleware's hooks serve a hosted tool's family by: each `ServerTools` hook's `native` targets
+    (`native={"web_search": "find"}` serves every web search as `find`); LiteLLM's are every policy's
+    (`SERVED_FAMILIES`). A
+    target is a web search whether or not the client declared one natively: the model may call it either way."""
+    served = {
+        target: family(kind)
+        for hook in hooks
+        if isinstance(hook, ServerTools)
+        for kind, target in hook.native.items()
+        if family(kind) != target
+    }
+    return MappingProxyType(served)
 
 
 async def policy_of(scope: Scope, function: PolicyFunction, timeout: float | None = None) -> ToolPolicy | None:
@@ -123,6 +181,19 @@ async def policy_of(scope: Scope, function: PolicyFunction, timeout: float | Non
     if value is not None and not isinstance(value, ToolPolicy):
         raise TypeError(f"the tool_policy function must return a ToolPolicy or None, got {type(value).__name__}")
     return value
+
+
+def stored_prompt(route: str, body: Mapping[str, Any]) -> str | None:
+    """The field of a request that names a stored prompt, if any: a template the model app fills the request in
+    with, its tools included, after the policy judged it. Nothing here can read that template, so under a policy
+    that judges names such a request is refused (fail closed).
+
+    LiteLLM's proxy, which the middleware may wrap, reads `prompt_id` on every route, and merges its template's
+    parameters over the request's (`tools` among them); its `prompt_variables`, `prompt_version`, `prompt_label`
+    and `prompt_environment` only make sense with one, and are refused alike, present with any value but null."""
+    if route == RESPONSES and body.get("prompt") is not None:
+        return "prompt"
+    return next((name for name in LITELLM_PROMPT_FIELDS if body.get(name) is not None), None)
 
 
 def client_own(body: dict[str, Any], policy: ToolPolicy | None) -> frozenset[bytes]:

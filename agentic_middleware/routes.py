@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
@@ -50,6 +50,33 @@ _PARAMETER = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _PATTERNS = {None: "[^/]+", "str": "[^/]+", "path": ".+"}
 # The endings of the model routes a wrapped app may serve (checked at start for paths no route covers).
 MODEL_ENDINGS = ("/chat/completions", "/messages", "/responses")
+
+
+def route_path(scope: Mapping[str, Any]) -> str:
+    """The request's path as the app's router matches it: `path` without the `root_path` it begins with.
+
+    ASGI gives an app mounted under a prefix (a Starlette `Mount`, uvicorn's `--root-path`) the whole path in `path`
+    and the prefix in `root_path`; Starlette's router, and so the app behind the middleware, routes by what is left.
+    A `root_path` that is not a whole segment of the path's start (`/llm` of `/llmx/...`) is no prefix of it: the
+    path stays whole, as the router leaves it."""
+    path: str = scope["path"]
+    root = scope.get("root_path")
+    if not root or not isinstance(root, str) or not path.startswith(root):
+        return path
+    rest = path[len(root) :]
+    return rest if rest.startswith("/") or not rest else path
+
+
+def judged_path(scope: Mapping[str, Any], is_model: Callable[[str], bool]) -> str:
+    """The path a request is judged by, one rule for the middleware and the gateway's paths: the one the app behind
+    routes it by (`route_path`), so that a mounted app's model routes are judged, not passed by as unknown paths;
+    unless only the whole path is a model route's (`is_model`): `routes` written with the mount's prefix
+    (`/llm/v1/messages`) still judge what they name."""
+    path: str = scope["path"]
+    if not scope.get("root_path"):  # the hot path: nothing mounted
+        return path
+    routed = route_path(scope)
+    return path if routed != path and not is_model(routed) and is_model(path) else routed
 
 
 def is_template(path: str) -> bool:

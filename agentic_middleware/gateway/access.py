@@ -19,6 +19,7 @@ import hmac
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..routes import route_path
 from .wire import error_response, route_of
 
 OPEN_PATHS = frozenset({"/health"})
@@ -57,7 +58,7 @@ class RequireKey:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or route_path(scope) in OPEN_PATHS:  # as the app's router reads it
             await self.app(scope, receive, send)
             return
         key = self.admitted(Headers(scope=scope))
@@ -65,5 +66,5 @@ class RequireKey:
             scope.setdefault("state", {})["user_api_key_hash"] = hashlib.sha256(key).hexdigest()
             await self.app(scope, receive, send)
             return
-        response = error_response(route_of(scope["path"]), 401, "a valid gateway API key is required")
+        response = error_response(route_of(route_path(scope)), 401, "a valid gateway API key is required")
         await response(scope, receive, send)

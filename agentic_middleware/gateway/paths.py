@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..hooks import DEPLOYMENT_HOOK, PRE_REQUEST_HOOK, BoundHook
 from ..methods import SUB_ENDPOINTS, UNBODIED, peek_body
 from ..precall import has_pre_call, is_guardrail
-from ..routes import RouteTable
+from ..routes import RouteTable, judged_path
 from ..settings import DEFAULT_FORWARD_UNJUDGED, Settings
 from .wire import MODEL_ROUTES, error_response, route_of
 
@@ -82,7 +82,7 @@ class GatewayPaths:
             await self.app(scope, receive, send)
             return
         method: str = scope["method"]
-        path: str = scope["path"]
+        path = judged_path(scope, self.model_path)  # as the middleware and the app's router read it: mounts stripped
         if method != method.upper():  # what was judged is what goes up: never a `post` sent up as a `POST`
             message = f"the method must be in upper case (HTTP methods are case-sensitive), got {method!r}"
             await error_response(route_of(path), 400, message, "invalid_method")(scope, receive, send)
@@ -94,24 +94,26 @@ class GatewayPaths:
             if self.refusing and not self.forwarded(method, path):
                 bodied, receive = await peek_body(receive)
                 if bodied:
-                    await self._refuse(method, scope, receive, send, " with a body")
+                    await self._refuse(method, path, scope, receive, send, " with a body")
                     return
             await self.app(scope, receive, send)
             return
         if self.routes.get(path) is None and (canonical := ALIASES.get(path)) is not None:
-            scope = {**scope, "path": canonical, "raw_path": canonical.encode()}
+            mounted = scope["path"][: len(scope["path"]) - len(path)]  # the `root_path` it was judged without
+            scope = {**scope, "path": mounted + canonical, "raw_path": (mounted + canonical).encode()}
             path = canonical
         if self.refusing and not self.forwarded(method, path):
-            await self._refuse(method, scope, receive, send)
+            await self._refuse(method, path, scope, receive, send)
             return
         await self.app(scope, receive, send)
 
-    async def _refuse(self, method: str, scope: Scope, receive: Receive, send: Send, bodied: str = "") -> None:
+    async def _refuse(
+        self, method: str, path: str, scope: Scope, receive: Receive, send: Send, bodied: str = ""
+    ) -> None:
         """A 403 in the route's shape that says what would let the request through, if anything would.
 
         On a model path only a POST is judged, so another method is refused there listed or not; a POST (on any
         path) or another method on a path that is no model path goes up once `forward_unjudged` lists the path."""
-        path = scope["path"]
         refused = f"{method} {path}{bodied} is not judged by this gateway's guardrails, pre-call hooks or tool policy"
         if method != "POST" and self.model_path(path):
             why = f"{refused}, so it is not forwarded: only a POST is judged here, listed in forward_unjudged or not"
