@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import big_events, cases, e2e, live_stream, long_answers, many_streams, mcp_case, native_urls
+from . import big_events, cases, e2e, live_stream, long_answers, many_streams, mcp_case, native_urls, wide_masks
 from .cases import Case, Config, Row
 from .report import table, write_chart, write_markdown
 
@@ -24,6 +24,7 @@ CASES: dict[int, Case] = {
     **big_events.CASES,
     **native_urls.CASES,
     **many_streams.CASES,
+    **wide_masks.CASES,
 }
 
 

@@ -13,7 +13,6 @@ Each guardrail is a real LiteLLM `CustomGuardrail`; the client is httpx on the m
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -222,14 +221,13 @@ async def test_with_tool_messages_skipped_only_known_tool_outputs_are_left_out(i
     assert got.status_code == 200 and len(model.requests) == 1
 
 
-async def test_masking_the_keys_of_a_wide_object_takes_linear_time() -> None:
-    """Each renamed key rebuilt the whole object once: 16,000 keys took a minute, the worker's loop held."""
+async def test_masking_the_keys_of_a_wide_object_renames_every_key_in_order() -> None:
+    """Each renamed key rebuilt the whole object once: 16,000 keys took a minute, the worker's loop held. How long
+    it takes is measured in benchmarks case 13 (time per key, wide over narrow), not asserted here."""
     block: dict[str, Any] = {"type": "x_future_block"}
     block.update({f"{WORD}{index}": index for index in range(12_000)})
     body = messages_body([block])
-    began = time.monotonic()
     sent = await masked_request("/v1/messages", body)
-    assert time.monotonic() - began < 8  # linear: well under a second here; quadratic: half a minute or more
     assert sent["messages"] == masked(body["messages"])
     assert list(sent["messages"][1]["content"][0])[1:4] == ["masked0", "masked1", "masked2"]  # order kept
 
