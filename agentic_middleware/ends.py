@@ -27,7 +27,7 @@ from .native.live import LiveRecords
 from .observe import MAPPINGS, Observer, RoundRecord, usage_added
 from .payload import dumps, own_size, wrap
 from .policy import ToolPolicy, scoped
-from .precall import model_call_details, run_pre_call
+from .precall import CALL_TYPES, model_call_details, run_pre_call
 from .rerun_guard import judged_rerun
 from .settings import Settings, loop_limit
 from .store import CallerState, KeyValueStore
@@ -181,6 +181,9 @@ class RequestEnds:
                 logger=logging.LoggerAdapter(logger, {"litellm_call_id": self.call_id}),
                 model_call_details=model_call_details(self.body, self.provider, self.dispatch.scope["state"]),
                 state=CallerState(self.state, self.scope, self.settings.caller),
+                call_type=CALL_TYPES.get(self.surface.api_surface),
+                model=model if isinstance(model := self.body.get("model"), str) else None,
+                stream=self.body.get("stream") is True,
             )
             if isinstance(self.events, LiveStream):  # native records go out as each search completes
                 LiveRecords(self.events).keep(self._logging_obj.model_call_details)
@@ -234,6 +237,7 @@ class RequestEnds:
             stream=stream,
             stream_options=options,
             guardrails_only=guardrails_only,
+            scope=self.dispatch.scope,
             **self.hook_context(),
         )
         if guardrails_only:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
@@ -159,6 +160,16 @@ GUARDRAIL = "apply_guardrail"
 DEPLOYMENT_HOOK = "async_pre_call_deployment_hook"
 PRE_REQUEST_HOOK = "async_pre_request_hook"
 PRE_CALL_METHODS = (GUARDRAIL, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
+# LiteLLM's proxy hooks a guardrail judges in when it has no `apply_guardrail` (precall_proxy.py), and the post-call
+# ones, looked up so that a guardrail judging only there is named at start rather than taken for no hook at all.
+PRE_CALL_HOOK = "async_pre_call_hook"
+MODERATION_HOOK = "async_moderation_hook"
+POST_CALL_HOOKS = (
+    "async_post_call_success_hook",
+    "async_post_call_streaming_hook",
+    "async_post_call_streaming_iterator_hook",
+)
+PROXY_METHODS = (PRE_CALL_HOOK, MODERATION_HOOK, *POST_CALL_HOOKS)
 
 HOOK_METHODS = (
     "async_pre_agentic_loop_request_hook",
@@ -227,7 +238,7 @@ class BoundHook:
             raise ConfigurationError(f"{hook!r} is not a hook: it has none of the methods {', '.join(HOOK_METHODS)}")
         self.hook = hook
         self.name = type(hook).__qualname__
-        found = {name: overridden(hook, name) for name in (*HOOK_METHODS, *PRE_CALL_METHODS)}
+        found = {name: overridden(hook, name) for name in (*HOOK_METHODS, *PRE_CALL_METHODS, *PROXY_METHODS)}
         # Decided once here: `async def` methods are awaited as they are, plain `def` ones run in a worker thread.
         self.methods = {name: None if method is None else awaitable(method) for name, method in found.items()}
         self._implements: dict[tuple[str, ...], bool] = {}  # `implements_any`'s answers
@@ -345,6 +356,9 @@ class AgenticLoopLogging:
     `model_call_details` is a free dict a hook may fill for its own tracing;
     `logger` prefixes every record with the request's call id; `state` keeps what a later request of the same
     caller needs (`CallerState`, store.py: `await state.put(kind, name, value, ttl)`, `get`, `delete`).
+    `litellm_trace_id`, `call_type`, `model` and `stream` are the attributes of LiteLLM's own `Logging` that its
+    guardrails read (the generic guardrail API and DeepKeep send the trace id, Gray Swan, Akto and Singulr branch on
+    the call type, HiddenLayer names the model): without them each such guardrail fails every request.
     """
 
     litellm_call_id: str
@@ -354,3 +368,8 @@ class AgenticLoopLogging:
     # The caller's state between requests (store.py's `CallerState`): on Redis when the chain store is, else in
     # this process. A hook run by LiteLLM has no such attribute: `getattr(logging_obj, "state", None)`.
     state: Any = None
+    # A new id for each request (LiteLLM's default when the caller names no trace), never the client's to choose.
+    litellm_trace_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    call_type: str | None = None  # LiteLLM's name for the route's SDK call (precall.CALL_TYPES)
+    model: str | None = None  # the client's request's model
+    stream: bool = False  # whether the client asked for a stream

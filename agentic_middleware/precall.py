@@ -20,10 +20,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import HookError, RequestRefused, refusal_of
+from .errors import HookError
 from .guardrail_inputs import GuardrailView, skips
-from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, HOOK_METHODS, PRE_REQUEST_HOOK
-from .precall_kwargs import BODY_FIELDS, HookKwargs, carried, client_fields, copied, returned
+from .hooks import DEPLOYMENT_HOOK, GUARDRAIL, HOOK_METHODS, MODERATION_HOOK, PRE_CALL_HOOK, PRE_REQUEST_HOOK
+from .precall_kwargs import BODY_FIELDS, HookKwargs, carried, client_fields, returned
+from .precall_proxy import (
+    REQUEST_EVENTS,
+    called,
+    check_guardrail,
+    copy_of,
+    judging_methods,
+    method_for,
+    moderation_hook,
+    pre_call_hook,
+)
+from .precall_request import recalled, remember, with_server_fields
 from .surfaces import canonical
 
 if TYPE_CHECKING:
@@ -42,22 +53,25 @@ def has_pre_call(hook: BoundHook) -> bool:
 
 
 def is_guardrail(hook: BoundHook) -> bool:
-    """A guardrail that judges requests: its `apply_guardrail` runs before the first model call."""
-    return hook.methods[GUARDRAIL] is not None and _wants_pre_call(getattr(hook.hook, "event_hook", None))
+    """A guardrail that judges requests before the first model call: one with a method LiteLLM's proxy calls for
+    one of its request events (`apply_guardrail`, or its own `async_pre_call_hook` / `async_moderation_hook`:
+    precall_proxy.py)."""
+    return bool(request_methods(hook))
 
 
-def _wants_pre_call(event_hook: Any) -> bool:
-    """LiteLLM's `event_hook`: None (every event), one event, a list, or a tag-based `Mode` (`_events`).
+def request_methods(hook: BoundHook) -> dict[str, str]:
+    """Each request event the hook runs on (LiteLLM's `event_hook`: None for every event, one, a list, or a
+    tag-based `Mode`: `_events`) that it has a method for, with that method.
 
-    `during_call` counts as `pre_call`: LiteLLM runs such a guardrail on the request while the model is called, and
-    its refusal replaces the answer; here it judges the same request before the call, so its verdict holds (the
-    model is not even called). Left out it would never run, and the request it should block would pass."""
-    events = _events(event_hook)
-    return events is None or any(event in _REQUEST_EVENTS for event in events)
-
-
-# LiteLLM's events on which a guardrail judges the client's request.
-_REQUEST_EVENTS = ("pre_call", "during_call")
+    `during_call` is judged too: LiteLLM runs such a guardrail on the request while the model is called, and its
+    refusal replaces the answer; here it judges the same request before the call, so its verdict holds (the model
+    is not even called). Left out it would never run, and the request it should block would pass."""
+    events = _events(getattr(hook.hook, "event_hook", None))
+    return {
+        event: method
+        for event in REQUEST_EVENTS
+        if (events is None or event in events) and (method := method_for(hook, event)) is not None
+    }
 
 
 def _events(event_hook: Any) -> list[Any] | None:
@@ -93,28 +107,19 @@ def judges_reruns(hook: BoundHook) -> bool:
     return is_guardrail(hook) and not any(hook.methods[name] is not None for name in HOOK_METHODS)
 
 
-def judges_only(hook: BoundHook) -> bool:
-    """A `during_call` guardrail (not also `pre_call`): LiteLLM runs it beside the model call, so it may refuse the
-    request but what it changes never reaches the model; here its changes are made to a copy."""
-    events = _events(getattr(hook.hook, "event_hook", None)) or ()
-    return "during_call" in events and "pre_call" not in events
-
-
-def _copy_of(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` copied all the way down, so that nothing a guardrail changes in place reaches the request: not only
-    the fields a guardrail's result is written into, since every other field's objects (`metadata`, `thinking`,
-    `response_format`...) are the request's own and are written into the body the app is sent. The logging object
-    is the request's, shared as every hook shares it, and so is any object that cannot be copied (a lock in a
-    context an earlier guardrail keeps in the request): the request is judged, not failed."""
-    memo: dict[int, Any] = {}
-    return {name: value if name == "litellm_logging_obj" else copied(value, memo) for name, value in kwargs.items()}
-
-
 def idle_guardrail(hook: BoundHook) -> Any:
-    """The `event_hook` of a guardrail that never judges a request here (`post_call`, `logging_only`...), else None."""
-    if hook.methods[GUARDRAIL] is None or is_guardrail(hook):
+    """The `event_hook` of a guardrail that never judges a request here (`post_call`, `logging_only`...), else None;
+    one asked to judge requests with no method for them is refused first (`check_guardrail`)."""
+    check_guardrail(hook, _events(getattr(hook.hook, "event_hook", None)))
+    if not judging_methods(hook) or is_guardrail(hook):
         return None
+    if hook.methods[GUARDRAIL] is None and any(hook.methods[name] is not None for name in _OTHER_METHODS):
+        return None  # a hook that acts otherwise, and also has a post-call method (as a logger may)
     return getattr(hook.hook, "event_hook", None)
+
+
+# The methods by which a hook acts here besides judging.
+_OTHER_METHODS = (*HOOK_METHODS, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
 
 
 def _event_name(event: Any) -> Any:
@@ -168,17 +173,22 @@ async def run_pre_call(
     call: Callable[..., Awaitable[Any]],
     state: Mapping[str, Any],
     guardrails_only: bool = False,
+    scope: Mapping[str, Any] | None = None,
 ) -> PreCall:
     """Run every hook's pre-call methods over one request, in LiteLLM's order; `call` calls one hook method.
 
     `guardrails_only`: a request that does not loop (a stream passing through, a loop limit of 0) is still judged
     by the guardrails, but not prepared for a loop that will not run (the deployment and pre-request hooks, which
-    convert tools for it and may turn its stream off)."""
+    convert tools for it and may turn its stream off). `scope`: the request's ASGI scope, which what LiteLLM's proxy
+    writes from the HTTP request is built from (precall_request.py)."""
     # Identity is the gateway's to say, never the client's: fields LiteLLM's proxy sets from the caller's key are
     # dropped from what the client sent, and `user_api_key_hash` comes from `request.state` alone (hooks key
     # per-caller state by it, e.g. session-scoped code sandboxes). It, and every key a hook sets, reaches every
     # round whatever the client's body holds under the same name (`precall_kwargs`).
     client = client_fields(body)
+    if scope is not None:
+        with_server_fields(client, body, scope)
+        remember(logging_obj.model_call_details, client)
     kwargs = HookKwargs(client)
     if (caller := caller_hash(state)) is not None:
         kwargs["user_api_key_hash"] = caller
@@ -192,14 +202,14 @@ async def run_pre_call(
         return _applied(body, kwargs, stream, client)
     for hook in hooks:
         if hook.methods[DEPLOYMENT_HOOK] is not None:
-            result = await _called(call, hook, DEPLOYMENT_HOOK, kwargs=kwargs, call_type=call_type)
+            result = await called(call, hook, DEPLOYMENT_HOOK, kwargs=kwargs, call_type=call_type)
             kwargs = _kwargs_of(hook, DEPLOYMENT_HOOK, result, kwargs)
     if api_surface == "anthropic_messages":
         model, messages = kwargs.pop("model", None), kwargs.pop("messages", None)
         kwargs.setdefault("litellm_params", {"custom_llm_provider": provider})
         for hook in hooks:
             if hook.methods[PRE_REQUEST_HOOK] is not None:
-                result = await _called(call, hook, PRE_REQUEST_HOOK, model=model, messages=messages, kwargs=kwargs)
+                result = await called(call, hook, PRE_REQUEST_HOOK, model=model, messages=messages, kwargs=kwargs)
                 kwargs = _kwargs_of(hook, PRE_REQUEST_HOOK, result, kwargs)
         kwargs.setdefault("messages", messages)
         if model is not None:
@@ -214,25 +224,24 @@ async def judge(
     logging_obj: AgenticLoopLogging,
     call: Callable[..., Awaitable[Any]],
 ) -> None:
-    """Every guardrail that judges requests, in order, on `kwargs` (the request): what it changes is written there,
-    but a `during_call` one's, whose verdict holds and edits do not (as in LiteLLM)."""
+    """Every guardrail that judges requests, in order, on `kwargs` (the request), by the method LiteLLM's proxy
+    calls for each of its events: what a `pre_call` one changes is written there; a `during_call` one's verdict
+    holds and its edits do not (as in LiteLLM: it judges a copy). One whose `apply_guardrail` serves both events is
+    called once, on the request."""
+    call_type = CALL_TYPES.get(api_surface)
+    if "proxy_server_request" not in kwargs:  # a rerun's: the HTTP request's headers, as the first request's
+        recalled(kwargs, logging_obj.model_call_details)
     for hook in hooks:
-        if is_guardrail(hook) and judges_only(hook):
-            await _guardrail(hook, _copy_of(kwargs), api_surface, logging_obj, call)
-        elif is_guardrail(hook):
+        methods = request_methods(hook)
+        pre, during = methods.get("pre_call"), methods.get("during_call")
+        if pre == GUARDRAIL:
             await _guardrail(hook, kwargs, api_surface, logging_obj, call)
-
-
-async def _called(call: Callable[..., Awaitable[Any]], hook: BoundHook, method: str, **arguments: Any) -> Any:
-    """One pre-call method; an HTTP exception it raises to say no (see `refusal_of`) refuses the request."""
-    try:
-        return await call(hook, method, **arguments)
-    except HookError as error:
-        refused = refusal_of(error.__cause__)
-        if refused is None:
-            raise
-        status, message, headers = refused
-        raise RequestRefused(message, status, headers) from error.__cause__
+        elif pre == PRE_CALL_HOOK:
+            await pre_call_hook(hook, kwargs, call_type, logging_obj, call)
+        if during == GUARDRAIL and pre != GUARDRAIL:
+            await _guardrail(hook, copy_of(kwargs), api_surface, logging_obj, call)
+        elif during == MODERATION_HOOK:
+            await moderation_hook(hook, copy_of(kwargs), call_type, logging_obj, call)
 
 
 def _kwargs_of(hook: BoundHook, method: str, result: Any, kwargs: HookKwargs) -> HookKwargs:
@@ -286,7 +295,7 @@ async def _guardrail(
         inputs["images"] = view.images
     if isinstance(request_data.get("model"), str):
         inputs["model"] = request_data["model"]
-    result = await _called(
+    result = await called(
         call, hook, GUARDRAIL, inputs=inputs, request_data=request_data, input_type="request", logging_obj=logging_obj
     )
     if not isinstance(result, dict):

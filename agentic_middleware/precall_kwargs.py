@@ -22,7 +22,15 @@ BODY_FIELDS = ("system", "messages", "input", "instructions", "tools", "tool_cho
 
 # Keys the middleware gives the pre-call hooks that are not request parameters and are not carried on.
 GIVEN = frozenset(
-    ("stream", "stream_options", "litellm_call_id", "custom_llm_provider", "litellm_logging_obj", "litellm_params")
+    (
+        "stream",
+        "stream_options",
+        "litellm_call_id",
+        "custom_llm_provider",
+        "litellm_logging_obj",
+        "litellm_params",
+        "proxy_server_request",
+    )
 )
 
 # Carried by none: the request fields above, and those the pre-request hook gets as arguments.
@@ -63,12 +71,50 @@ def is_identity(name: str) -> bool:
     return name.startswith("user_api_key") or name in ("litellm_metadata", "litellm_params")
 
 
-SERVER_SET = frozenset({"scope", "secret_fields", "proxy_server_request"})
+SERVER_SET = frozenset({"scope", "secret_fields", "proxy_server_request", "headers"})
 """Keys only the server sets: `scope`, which the loop gives every round's hooks as the ASGI scope (whose `state`
 holds the caller); `secret_fields` and `proxy_server_request`, which LiteLLM's proxy always overwrites with the
 request's own headers and URL, and which LiteLLM code reads as the server's (`secret_fields["raw_headers"]` for a
-per-user upstream credential, `proxy_server_request["headers"]`). The middleware builds neither, so a client's are
-dropped: a hook that trusts them would get the client's forgery."""
+per-user upstream credential, `proxy_server_request["headers"]`); and `headers`, which LiteLLM's guardrails read as
+the inbound headers when `proxy_server_request` has none. A client's are dropped: a hook that trusts them would get
+the client's forgery. The middleware builds `proxy_server_request` itself (precall_request.py), never
+`secret_fields` (the raw headers, credentials included) nor `headers` (LiteLLM's are the headers it forwards up)."""
+
+# `metadata` keys LiteLLM's proxy always writes itself, or strips from a client's as its own controls (guardrail
+# opt-outs, the names of guardrails already applied, a guardrail's own records): a client's never reach the hooks.
+PROXY_METADATA = frozenset(
+    (
+        "headers",
+        "endpoint",
+        "requester_ip_address",
+        "user_agent",
+        "requester_metadata",
+        "litellm_received_at",
+        "litellm_api_version",
+        "litellm_parent_otel_span",
+        "llm_api_timing_windows",
+        "disable_global_guardrails",
+        "disable_global_guardrail",
+        "opted_out_global_guardrails",
+        "applied_guardrails",
+        "applied_policies",
+        "policy_sources",
+        "guardrail_scan_ids",
+        "guardrail_scan_metadata",
+        "routing_decision",
+        "standard_logging_object",
+        "proxy_server_request",
+        "secret_fields",
+        "client_disconnected",
+        "error_information",
+    )
+)
+
+
+def is_proxy_metadata(name: str) -> bool:
+    """A `metadata` key only LiteLLM's proxy writes: `PROXY_METADATA`, a `_`-prefixed one (its internal state, as
+    `_pipeline_managed_guardrails`), and Pillar's records (`pillar_*`), which the proxy strips from a client's."""
+    return name in PROXY_METADATA or name.startswith(("_", "pillar_"))
 
 
 def _never_given(name: str) -> bool:
@@ -83,8 +129,9 @@ def client_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     """The client's fields as the pre-call hooks get them: without those `_never_given` names. The fields whose
     changes are applied (`BODY_FIELDS`) are the body's own; the others are deep copies, since what a hook changes of
     them stays in its kwargs, however deep (`thinking`, `response_format`, its records in `metadata`). `metadata`
-    is without `user_api_key_*` keys, sent as text too: a JSON object in a string is given decoded, as LiteLLM's proxy
-    decodes it (a client that can only send text, through a form or `extra_body`) before dropping those keys."""
+    is without `user_api_key_*` keys and those only LiteLLM's proxy writes (`is_proxy_metadata`), sent as text
+    too: a JSON object in a string is given decoded, as LiteLLM's proxy decodes it (a client that can only send
+    text, through a form or `extra_body`) before dropping those keys."""
     memo: dict[int, Any] = {}
     fields = {
         name: value if name in BODY_FIELDS else copied(value, memo)
@@ -99,7 +146,9 @@ def client_fields(body: Mapping[str, Any]) -> dict[str, Any]:
             decoded = None
         metadata = decoded if isinstance(decoded, dict) else metadata
     if isinstance(metadata, dict):
-        fields["metadata"] = {name: value for name, value in metadata.items() if not is_identity(name)}
+        fields["metadata"] = {
+            name: value for name, value in metadata.items() if not is_identity(name) and not is_proxy_metadata(name)
+        }
     return fields
 
 

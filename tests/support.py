@@ -13,6 +13,9 @@ from agentic_middleware import AgenticLoopPlan, AgenticLoopRequestPatch, CustomL
 from agentic_middleware.declare import ServerTool
 from agentic_middleware.testing import chat_completion, message, tool_call, tool_use
 
+# The `metadata` keys the pre-call hooks are given from the HTTP request, as LiteLLM's proxy writes them.
+SERVER_METADATA = frozenset(("headers", "endpoint", "requester_ip_address", "user_agent", "requester_metadata"))
+
 
 class Route:
     """Builds requests and scripted replies in one wire format, and reads its responses."""

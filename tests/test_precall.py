@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import anthropic_client, openai_client
-from support import Route, ToolHook
+from support import SERVER_METADATA, Route, ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel
@@ -224,7 +224,10 @@ async def test_the_caller_identity_comes_from_request_state_never_from_the_clien
         kwargs = hook.calls[-1 if route is CHAT else -2][2]
         assert kwargs.get("user_api_key_hash") == expected
         assert "user_api_key_alias" not in kwargs and "litellm_metadata" not in kwargs
-        assert kwargs["metadata"] == {"session_id": "s1"}
+        # The client's own keys, beside those the server writes from the HTTP request (precall_request.py).
+        assert {name: kwargs["metadata"][name] for name in kwargs["metadata"] if name not in SERVER_METADATA} == {
+            "session_id": "s1"
+        }
 
 
 @pytest.mark.parametrize("route", [MESSAGES, CHAT], ids=str)
@@ -267,5 +270,8 @@ async def test_a_clients_secret_fields_and_proxy_server_request_never_reach_the_
         assert (await client.post(route.path, json=route.request("hi", **forged))).status_code == 200
     assert hook.calls
     for _, _, kwargs in hook.calls:
-        assert "secret_fields" not in kwargs and "proxy_server_request" not in kwargs
+        assert "secret_fields" not in kwargs
+        # The server's own, built from the request: its URL and headers, never the client's forgery.
+        assert kwargs["proxy_server_request"]["url"] == f"http://g{route.path}"
+        assert "authorization" not in kwargs["proxy_server_request"]["headers"]
     assert model.requests[0].body["secret_fields"] == forged["secret_fields"]  # the app still gets its body

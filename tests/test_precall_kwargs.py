@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import Route, ToolHook
+from support import SERVER_METADATA, Route, ToolHook
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, chat_completion, tool_call
@@ -159,6 +159,8 @@ async def test_metadata_sent_as_text_is_given_decoded_without_the_clients_identi
         transport=httpx.ASGITransport(app=as_caller(AgenticLoopMiddleware(model, hooks=[hook]))), base_url="http://g"
     ) as client:
         assert (await client.post(CHAT.path, json=CHAT.request("hi", metadata=text))).status_code == 200
-    assert hook.given[0]["metadata"] == {"session_id": "s1"}
+    metadata = hook.given[0]["metadata"]
+    assert {name: metadata[name] for name in metadata if name not in SERVER_METADATA} == {"session_id": "s1"}
+    assert metadata["requester_metadata"] == {"session_id": "s1"}
     assert hook.given[0]["user_api_key_hash"] == "hash-of-caller-a"
     assert model.requests[0].body["metadata"] == text
