@@ -70,7 +70,7 @@ def request_url(scope: Mapping[str, Any], headers: Mapping[str, str]) -> str:
     if not host:
         server = scope.get("server")
         host = f"{server[0]}:{server[1]}" if server else ""
-    path = f"{scope.get('root_path', '')}{scope.get('path', '')}"
+    path = scope.get("path", "")  # under a `root_path` it holds the prefix already (ASGI), as Starlette reads it
     query = scope.get("query_string") or b""
     return f"{scheme}://{host}{path}" + (f"?{query.decode('latin-1')}" if query else "")
 
