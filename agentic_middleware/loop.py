@@ -243,10 +243,10 @@ class AgenticLoop(AskingHooks, AppCalls):
                         return step
                     answer = None  # the judged round's answer is not held while the next round streams
                     self.take(step)
-                    if self.rerun_guardrails:  # what the round changed is judged before the model reads it
-                        await self.judge_round()
                     if self.observer.wants(self.round):  # the judged round is reported before the next begins
                         await self.observer.round_done(self.round)
+                    if self.rerun_guardrails:  # what the round changed is judged, then written with no wait between
+                        await self.judge_round()
                     answer = self.taken(await self.rerun(step))
                     if answer is None:
                         self.stop_reason = "app_answer"

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .precall import caller_hash, judge
-from .precall_kwargs import HookKwargs, copied
+from .precall_kwargs import BODY_FIELDS, HookKwargs, copied
 
 if TYPE_CHECKING:
     from .hooks import AgenticLoopLogging, BoundHook
@@ -105,11 +105,19 @@ async def judged_rerun(
     judged = body
     for name, value in given.items():
         new = kwargs.get(name)
-        if new is None or (new is copies[name] and (_kept(new, messages) if name == field else same(new, value))):
+        if new is None and name not in BODY_FIELDS:
+            continue  # a schema or prompt field is taken back only when changed, as on the first call
+        unchanged = _kept(new, messages) if name == field else same(new, value)
+        if new is not None and new is copies[name] and unchanged:
             continue  # unchanged, or edited in place: the messages are the body's own objects
         if judged is body:
             judged = dict(body)
-        if name == field and isinstance(items, list) and isinstance(new, list):
+        if new is None:  # dropped by a guardrail, as the first call drops it (`precall`): none of it is sent
+            if name == field and isinstance(items, list):
+                judged[field] = items[:start]
+            else:
+                judged.pop(name, None)
+        elif name == field and isinstance(items, list) and isinstance(new, list):
             judged[field] = [*items[:start], *new]
         elif name != field or not isinstance(items, list):
             judged[name] = new  # the judged copy: what a mask changed, written where the word was

@@ -23,7 +23,6 @@ import pytest
 import websockets
 from servers import serving as serving_with
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from test_gateway_paths import ENVIRONMENT, Seen, echo, gateway_in_front_of
 
@@ -299,6 +298,6 @@ async def test_a_model_route_hands_its_model_the_body_sent_in_pieces_whole() -> 
     sent = await call(*({"type": "http.request", "body": p, "more_body": i < 2} for i, p in enumerate(pieces)))
     assert sent[0]["status"] == 200
     assert seen == [("messages", b"".join(pieces), b"".join(pieces))]
-    with pytest.raises(ClientDisconnect):
-        await call({"type": "http.request", "body": pieces[0], "more_body": True})
+    # Gone before its body ended: nothing to answer and nothing raised (a traceback in the server's log each time)
+    assert await call({"type": "http.request", "body": pieces[0], "more_body": True}) == []
     assert len(seen) == 1

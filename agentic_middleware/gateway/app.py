@@ -49,7 +49,10 @@ class ModelRoute:
         self.route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = ReadRequest(scope, receive, await whole_body(receive))
+        try:
+            request = ReadRequest(scope, receive, await whole_body(receive))
+        except ClientDisconnect:
+            return  # the client left before its body ended: no one to answer, nothing sent up
         try:
             response = await self.model(request, self.route)
         except HTTPException as error:  # as the app's exception middleware would answer it (see `ModelPaths`)
