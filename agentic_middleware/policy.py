@@ -24,17 +24,9 @@ from typing import Any
 from starlette.types import Scope
 
 from .errors import ConfigurationError
-from .policy_forms import (
-    FUNCTIONS_OWN,
-    RESPONSES,
-    WEB_SEARCH,
-    client_runs,
-    family,
-    judged_names,
-    scoped_fields,
-    wire_form,
-)
-from .surfaces import Surface, ToolResult, canonical, field, tool_name
+from .policy_forms import FUNCTIONS_OWN, RESPONSES, WEB_SEARCH, family, judged_names, scoped_fields, wire_form
+from .policy_mcp import MCP, exposing_labels, scoped_mcp_tool
+from .surfaces import Surface, ToolResult, canonical, field, part, tool_name
 from .tools import ServerTools
 
 PolicyFunction = Callable[[Scope], "ToolPolicy | Awaitable[ToolPolicy | None] | None"]
@@ -213,36 +205,45 @@ def client_own(body: dict[str, Any], policy: ToolPolicy | None) -> frozenset[byt
 
 _NOTHING_OWN: frozenset[bytes] = frozenset()  # one for every request without a policy: `frozenset()` makes a new one
 _NO_SERVERS: Mapping[str, str] = MappingProxyType({})  # no hosted MCP server bound: none declared
+_NO_LABELS: frozenset[str] = frozenset()
 
 
 def scoped(surface: Surface, body: dict[str, Any], own: frozenset[bytes], policy: ToolPolicy) -> dict[str, Any]:
     """The body as it goes to the model app: without the tools declared in it that the caller may not use.
 
-    A function or custom tool the client declared itself (one equal to a declaration of `own`, its request's tools
-    as they arrived: `client_own`) stays: the client runs it, not the server. Any other goes unless every name it is
-    judged by is allowed (`policy_forms.judged_names`: a hosted tool the app runs is judged though the client sent
-    it); one with no name the policy can match (none, two that disagree, an MCP server without its list of tools)
-    cannot be judged, and goes (fail closed). So do the tools declared outside `tools` (`scoped_fields`). When no
-    tool is left, `tools` goes, and `tool_choice` with it (an API refuses either without tools).
+    A tool the client declared itself (one equal to a declaration of `own`, its request's tools as they arrived:
+    `client_own`) in its route's client-tool shape stays: the client runs it, not the server. Any other goes unless
+    every name it is judged by is allowed (`policy_forms.judged_names`: a hosted tool the app runs is judged though
+    the client sent it; a `namespace` by every tool in it); one with no name the policy can match (none, two that
+    disagree, a form out of its route's shape) cannot be judged, and goes (fail closed). A hosted MCP server stays
+    only with the tools the caller may use listed, written as a plain list (`policy_mcp`). So do the tools declared
+    outside `tools` (`scoped_fields`). When no tool is left, `tools` goes, and `tool_choice` with it (an API refuses
+    either without tools).
     """
     if not policy.judges_names:
         return body
     route = surface.name
     hosted = policy.hosted_mcp or _NO_SERVERS
-    body = scoped_fields(route, body, own, policy.allows, hosted)
     tools = body.get("tools")
+    forms = [wire_form(tool) for tool in tools] if isinstance(tools, list) else []
+    labels = exposing_labels(forms, body.get("mcp_servers"), hosted) if hosted else _NO_LABELS
+    body = scoped_fields(route, body, own, policy.allows, hosted, labels)
     if tools is None:
         return body
-    kept = []
-    for tool in tools if isinstance(tools, list) else ():
-        form = wire_form(tool)
-        if own and client_runs(route, form) and canonical(tool) in own:
-            kept.append(tool)
+    kept, changed = [], not isinstance(tools, list)
+    for tool, form in zip(tools if isinstance(tools, list) else (), forms, strict=True):
+        if part(form, "type") == MCP:
+            written = scoped_mcp_tool(form, hosted, labels, policy.allows)
+            if written is not None:
+                kept.append(tool if written is form else written)
+            changed |= written is not form
             continue
-        names = judged_names(route, form, hosted)
+        names = judged_names(route, form, hosted, bool(own) and canonical(tool) in own)
         if names is not None and all(map(policy.allows, names)):
             kept.append(tool)
-    if isinstance(tools, list) and len(kept) == len(tools):
+        else:
+            changed = True
+    if not changed:
         return body
     if kept:
         return {**body, "tools": kept}

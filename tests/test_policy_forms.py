@@ -108,7 +108,7 @@ DOCS_MCP = {
     "allowed_tools": ["define"],
 }
 DOCS_MCP_FILTER = {**DOCS_MCP, "allowed_tools": {"tool_names": ["define"], "read_only": True}}
-UNTYPED = {"name": "my_untyped_tool", "parameters": {"type": "object"}}  # the client's, run as a function tool
+UNTYPED = {"name": "my_untyped_tool", "parameters": {"type": "object"}}  # no Responses client tool: may be the app's
 OWN = {"type": "function", "name": "my_tool", "parameters": {"type": "object"}}
 CHAT_SHAPED_OWN = {"type": "function", "function": {"name": "my_chat_shaped_tool"}}
 RESPONSES_DROPPED = [
@@ -121,20 +121,23 @@ RESPONSES_DROPPED = [
     {"type": "file_search", "vector_store_ids": ["vs_1"]},
     {"type": "code_interpreter", "container": {"type": "auto"}},
     {"type": "image_generation"},
+    UNTYPED,
 ]
-RESPONSES_KEPT = [DOCS_MCP, DOCS_MCP_FILTER, UNTYPED, OWN, CHAT_SHAPED_OWN]
+RESPONSES_KEPT = [DOCS_MCP, DOCS_MCP_FILTER, OWN, CHAT_SHAPED_OWN]
+RESPONSES_WRITTEN = [DOCS_MCP, DOCS_MCP, OWN, CHAT_SHAPED_OWN]  # the filter as the plain list of its names
 
 
 @pytest.mark.parametrize("hook", ["server_tools", "litellm"], ids=["server_tools", "no_request_hook"])
 async def test_responses_hosted_tools_are_judged_by_their_type_web_search_and_mcp_tools(hook: str) -> None:
     """Hosted tools by type (`file_search`), every web search as `web_search`, an `mcp` tool by each of its
     `allowed_tools` behind its label (`docs_define`), or not declared where it lists none; the client's own function
-    and custom tools stay. Also with no request hook, which sends the client's bytes to the first call as they are."""
+    and custom tools stay, an untyped tool does not. Also with no request hook, which sends the client's bytes to the
+    first call as they are."""
     model = Model()
     hooks = [ServerTools([])] if hook == "server_tools" else [ToolHook("lookup")]
     tools = [*RESPONSES_DROPPED[:4], *RESPONSES_KEPT, *RESPONSES_DROPPED[4:]]
     await ask("responses", gateway(model, *hooks), "gina-key", False, tools=tools)
-    assert first_tools(model) == RESPONSES_KEPT
+    assert first_tools(model) == RESPONSES_WRITTEN
     model.requests.clear()
     await ask("responses", gateway(model, *hooks), "alice-key", False, tools=tools)
     assert first_tools(model) == tools
