@@ -7,7 +7,8 @@ requests of `callgrind.c` (compiled here with gcc against the system's valgrind 
 requests (`callgrind_target.py`):
 
 - per delta, in process (case 9's streams): `messages`, `responses`, `responses-later` (the round after a server
-  tool's), `chat`, `chat-padded` (OpenAI's default obfuscated chunks). A request of 200 and one of 1,200 text deltas,
+  tool's), `chat`, `chat-padded` (OpenAI's default obfuscated chunks), and `tool-input` per `input_json_delta` (a
+  client tool's call, held to the round's end). A request of 200 and one of 1,200 deltas,
   through the middleware and bare, after three of each as warm-up: the difference of the two, divided by 1,000;
 - per stream, one uvicorn worker (case 12's app, its load generator in a process of its own, not counted):
   `streams`, 200 streams of 20 text deltas after 200 as warm-up, bare, pass-through and with one tool round (whose

@@ -2,8 +2,9 @@
 client requests (`callgrind.c`, loaded from `$BENCH_CALLGRIND_HELPER`; without it the bracket does nothing, so the
 same code runs, and checks its answers, without valgrind).
 
-- In process, per delta: `python -m benchmarks.callgrind_target LANE SMALL LARGE` runs case 9's streams (`LANES`)
-  through the middleware and bare, three times each at both sizes as warm-up, every answer checked, then one request
+- In process, per delta: `python -m benchmarks.callgrind_target LANE SMALL LARGE` runs case 9's streams (`LANES`;
+  `tool-input`: a client tool's call, its input in deltas) through the middleware and bare, three times each at both
+  sizes as warm-up, every answer checked, then one request
   of each counted alone: `middleware-SMALL`, `bare-SMALL`, `middleware-LARGE`, `bare-LARGE`. The fixed cost of a
   request cancels in the difference of the two sizes.
 - Under uvicorn, per stream or request: `streams_bare`, `streams_wrapped`, `streams_floor` (case 12's scripted
@@ -20,14 +21,14 @@ import gc
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, sse
-from agentic_middleware.testing import function_call, response
+from agentic_middleware.testing import function_call, message, response
 
 from .e2e_hooks import Lookup
 from .live_stream import ROUTES, Client, Route, StreamingAnswers
@@ -65,6 +66,28 @@ def responses_tool_round() -> list[bytes]:
     return list(sse.responses_events({**response(call), "id": "resp_tool0001"}))
 
 
+INPUT_MARK = b'"partial_json":"'  # an `input_json_delta`: the `tool-input` lane's client counts them
+
+
+def tool_input(deltas: int) -> tuple[list[bytes]]:
+    """A final round whose one block is a client tool's call (`lookup` is the only tool the hook claims) with its
+    input in `deltas` `input_json_delta`s, each a piece of a string as a coding agent streams a file's text: JSON
+    spelled in a JSON string, its quotes and line ends escaped."""
+    body = message("", usage={"input_tokens": 10, "output_tokens": deltas})
+    body["content"] = [{"type": "tool_use", "id": "toolu_bench", "name": "write_file", "input": {}}]
+    pieces = ['{"path": "src/app.py", "content": "', *(f'tok{n} = \\"x\\"\\n' for n in range(deltas - 2)), '"}']
+    events = [sse.messages_start(body), *list(sse.messages_block(0, body["content"][0]))[:1]]
+    events += [
+        sse.named_event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": p}},
+        )
+        for p in pieces
+    ]
+    events.append(sse.named_event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    return ([*events, *sse.messages_end({**body, "stop_reason": "tool_use"})],)
+
+
 @dataclass(frozen=True)
 class Lane:
     """One per-delta figure: the route's client request, the app's rounds for N deltas, and the hooks."""
@@ -87,6 +110,7 @@ LANES = {
     ),
     "chat": only(ROUTES[2]),
     "chat-padded": only(ROUTES[3]),
+    "tool-input": Lane(replace(ROUTES[0], mark=INPUT_MARK), tool_input, lambda: [Lookup()]),
 }
 
 

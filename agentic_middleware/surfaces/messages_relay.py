@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,59 +12,12 @@ from ..native import NativeCall, NativeRun
 from ..native.messages import cited, pair, server_id, server_tool_use
 from ..payload import UNREAD
 from ..sse_reader import ServerSentEvent
-from . import SPELLED_STRING, AppStreamError, Spelled, StreamMismatch, StreamRelay
+from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
+from .messages_lane import BARE, NAMED, STRING_TO_THE_END, input_lane, lane
 
 _NOTHING: tuple[bytes, ...] = ()
-
-
-# The start of the one shape of text or thinking delta `MessagesRelay.pass_on` takes unread (the Anthropic API's own).
-_PASSED = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-_SPELLED = b'%s%%d,"delta":{"type":"%%s_delta","%%s":"' % _PASSED
-
-
-@functools.lru_cache(maxsize=256)
-def _lane(index: int, kind: str) -> bytes:
-    """The start of a block's deltas that `pass_on` takes unread: the one shape, to its string's opening quote (made
-    once for every stream: a stream's blocks have the indexes of every other's)."""
-    name = kind.encode()
-    return _SPELLED % (index, name, name)
-
-
 _STREAMED = frozenset(("text", "thinking"))  # the blocks whose deltas are read when the block ends
 _TAKES_INPUT = frozenset(("tool_use", "server_tool_use", "mcp_tool_use"))  # the blocks the SDKs add tool input to
-_STRING_TO_THE_END = re.compile(SPELLED_STRING + b"}}\n\n").fullmatch
-"""A text or thinking delta's string from after its opening quote, and the event's end right after it."""
-
-# The events `pass_on` reads whole without the SSE reader, by their `event` line: the Anthropic API's own. An event
-# of another name (one this version does not know) is the reader's and `feed`'s.
-_NAMED = {
-    b"event: " + name.encode(): name
-    for name in (
-        *("message_start", "content_block_start", "content_block_delta", "content_block_stop"),
-        *("message_delta", "message_stop", "ping", "error"),
-    )
-}
-
-_BARE_INDEXES = 64
-"""The block indexes whose text block's start and stop `pass_on` knows by their bytes (`_BARE`); a later block's are
-parsed."""
-
-
-def _bare_events() -> dict[bytes, dict[str, Any]]:
-    """The events the Anthropic API writes the same every time, by their whole chunk: a round's stop, a ping, a
-    block's stop and an empty text block's start, each at its index. What parsing such a chunk gives is known without
-    parsing it: three of a round's five events that are not deltas, each of which cost about three deltas
-    (benchmarks.callgrind streams). The payloads are copied where taken, one level deep (`took` copies the block)."""
-    payloads: list[dict[str, Any]] = [{"type": "message_stop"}, {"type": "ping"}]
-    for index in range(_BARE_INDEXES):
-        payloads.append({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
-        payloads.append({"type": "content_block_stop", "index": index})
-    events = {b"event: %s\ndata: %s\n\n" % (p["type"].encode(), orjson.dumps(p)): p for p in payloads}
-    events[b'event: ping\ndata: {"type": "ping"}\n\n'] = {"type": "ping"}  # as the API sends its pings
-    return events
-
-
-_BARE = _bare_events()
 
 
 class MessagesRelay(StreamRelay):
@@ -103,22 +54,32 @@ class MessagesRelay(StreamRelay):
         self.blocks: dict[int, dict[str, Any]] = {}
         self.pieces: dict[tuple[int, str], Spelled] = {}  # streamed strings, joined when their block stops
         self.stopped = False
-        self.lane: bytes | None = None  # the start of the open block's deltas `pass_on` takes unread (`_SPELLED`)
+        self.lane: bytes | None = (
+            None  # the start of the open block's deltas `pass_on` takes unread (`messages_lane.lane`)
+        )
         self.lane_size = 0
         self.lane_index = -1
         self.lane_text = Spelled()  # the open block's streamed string
         self.lane_moved = b""  # the same start for the client, with the index moved after the earlier rounds' blocks
 
     def open_lane(self, index: int, kind: Any) -> None:
-        """A text or thinking block started: its deltas in the one shape are taken unread until it stops."""
-        if self.holding or kind not in _STREAMED or type(index) is not int:
+        """A block started: a text or thinking block's deltas in the one shape are taken unread until it stops, and so
+        are a call's `input_json_delta`s (held with the rest of the round from a `tool_use` block on: `pass_on`)."""
+        if type(index) is not int:
             self.close_lane()
             return
-        self.lane = _lane(index, kind)
+        if kind in _STREAMED and not self.holding:
+            self.lane, self.lane_moved = lane(index, kind), lane(index + self.base, kind)
+            self.lane_text = self.pieces[index, kind] = Spelled()  # a block starts once (`feed` refuses a second start)
+        elif kind in _TAKES_INPUT:
+            # Joined at the round's end as the reader's pieces are (`body`), with any delta the reader takes after.
+            self.lane, self.lane_moved = input_lane(index), input_lane(index + self.base)
+            self.lane_text = self.pieces[index, "input"] = Spelled()
+        else:
+            self.close_lane()
+            return
         self.lane_size = len(self.lane)
-        self.lane_moved = _lane(index + self.base, kind)
         self.lane_index = index
-        self.lane_text = self.pieces[index, kind] = Spelled()  # a block starts once (`feed` refuses a second start)
 
     def close_lane(self) -> None:
         self.lane, self.lane_size = None, 0  # `chunk[:0] == None` is false: `pass_on` takes nothing
@@ -128,14 +89,16 @@ class MessagesRelay(StreamRelay):
         """A whole event without the SSE reader: the bytes are checked for the one form that allows it (the Anthropic
         API's own, which the reader would pass on as it came). Empty: taken, and nothing goes out now (held, dropped).
 
-        A text or thinking delta of the open block (`open_lane`) is taken unread: its string, as it is spelled, is
-        added to the block's (`Spelled`), to be read when the block ends, as the client's SDK reads each. It needs no
+        A text or thinking delta of the open block (`open_lane`), or a call's `input_json_delta`, is taken unread: its
+        string, as it is spelled, is added to the block's (`Spelled`), to be read when the block ends (a call's input
+        when the round does, as JSON: `joined`), as the client's SDK reads each. It needs no
         unescaped quote within its string (no second key, no second event) and no line end or other control character
         in it (a line end would cut the client's event): `SPELLED_STRING`, then the event's end. In the first round it
         goes out as it came; in a later one by its start spelled anew, its index moved after the earlier rounds'
-        blocks (`lane_moved`).
+        blocks (`lane_moved`); while the round is held (a call's input: from its first `tool_use` block on), those bytes
+        are held with the rest, as `out` holds the reader's.
 
-        Any other event of a known name (`_NAMED`) in a chunk of its own, with one `data` line, LF line ends and its
+        Any other event of a known name (`NAMED`) in a chunk of its own, with one `data` line, LF line ends and its
         JSON `type` its name, is parsed once and taken as `feed` takes it (`took`): the same bytes out, the same
         errors (an `error` event fails the round). Anything else (comments, `id` lines, CR, several or cut events, a
         `type` other than the name) is the reader's: None. A later round's index is moved in the event written anew,
@@ -143,19 +106,23 @@ class MessagesRelay(StreamRelay):
         given twice: JSON's last key wins, however it is spelled)."""
         # A slice compared costs less than `startswith`, which parses its arguments; one `re` match checks the rest.
         size = self.lane_size
-        if chunk[:size] == self.lane and _STRING_TO_THE_END(chunk, size) is not None:
+        if chunk[:size] == self.lane and STRING_TO_THE_END(chunk, size) is not None:
             text = self.lane_text
             text += chunk[size:-5]  # as `Spelled` keeps it
             text += b'","'
-            return self.lane_moved + chunk[size:] if self.base else chunk
-        bare = _BARE.get(chunk)
+            passed = self.lane_moved + chunk[size:] if self.base else chunk
+            if self.holding:  # only a call's lane is open then: its block started the holding, or came after it
+                self.held.append(passed)  # type: ignore[union-attr]  # a list: `out` held the block's start
+                return b""
+            return passed
+        bare = BARE.get(chunk)
         if bare is not None:  # in the API's own bytes: taken as the parse below would take it
             out = self.took(bare["type"], dict(bare), chunk)  # a copy: `out` moves a later round's index in it
             return out[0] if len(out) == 1 else b"".join(out)
         # One whole event in the one form the SSE reader passes on as it came (`ServerSentEvent.raw`): a known `event`
         # line, one `data` line, LF line ends only, one blank line at its end; what `feed` does with it is done.
         line = chunk.find(b"\n")
-        name = _NAMED.get(chunk[:line]) if line > 0 else None
+        name = NAMED.get(chunk[:line]) if line > 0 else None
         if (
             name is None
             or chunk[line : line + 7] != b"\ndata: "
