@@ -34,7 +34,7 @@ import orjson
 from .guardrail_texts import extra_slots
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
-from .guardrail_walk import KeyOf, Slot, check_depth, rename_keys, unreadable
+from .guardrail_walk import KeyOf, Slot, check_depth, merged_keys, rename_keys, unreadable
 from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
@@ -166,13 +166,18 @@ class GuardrailView:
             data["messages"] = copy.deepcopy(data["messages"])
         elif self.api_surface == "responses" and isinstance(data.get("input"), list):
             data["input"] = copy.deepcopy(data["input"])
-        for (holder, key), call in zip(_call_slots(data, self.api_surface), returned, strict=True):
-            if self.api_surface == "chat_completions":
-                legacy = key == "function_call"
-                holder[key] = call.get("function") if legacy and isinstance(call, dict) else call
-                continue
+        pairs = zip(_call_slots(data, self.api_surface), returned, self.given_calls, strict=True)
+        for (holder, key), call, given in pairs:
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, str) and arguments != _arguments(given):  # its edit: no two keys made one
+                merged = merged_keys(arguments)
+                if merged is not None:
+                    raise merged
+            if self.api_surface == "chat_completions":
+                legacy = key == "function_call"
+                holder[key] = function if legacy and isinstance(call, dict) else call
+                continue
             name = function.get("name") if isinstance(function, dict) else None
             item = holder[key]
             if self.api_surface == "responses":
@@ -193,6 +198,12 @@ class GuardrailView:
 
 
 _END = object()
+
+
+def _arguments(call: Any) -> Any:
+    """A tool call's `function.arguments`, in the OpenAI shape a guardrail is given it (`_as_tool_call`), else None."""
+    function = call.get("function") if isinstance(call, dict) else None
+    return function.get("arguments") if isinstance(function, dict) else None
 
 
 def _call_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:

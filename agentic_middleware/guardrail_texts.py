@@ -23,7 +23,17 @@ from .guardrail_records import (
     messages_record_slots,
     responses_record_slots,
 )
-from .guardrail_walk import Slot, every_string, read_fields, rest_slots, string_slot, strings, unknown_slots, unreadable
+from .guardrail_walk import (
+    API_FIELDS,
+    Slot,
+    every_string,
+    read_fields,
+    rest_slots,
+    string_slot,
+    strings,
+    unknown_slots,
+    unreadable,
+)
 
 # Parts whose words are a `text` (or a refusal's `refusal`), on any route.
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text", "summary_text", "reasoning_text", "refusal"))
@@ -144,7 +154,7 @@ def _message_rest(message: dict[str, Any], read: frozenset[str]) -> Iterator[Slo
         if said not in _ROLES:
             yield message, "role"
     elif said is not None:
-        yield from strings(said, depth=1, own=False)
+        yield from every_string(said, 1, API_FIELDS)
     if not read.issuperset(message):
         yield from rest_slots(message, read)
 

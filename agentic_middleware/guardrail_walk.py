@@ -5,18 +5,21 @@ execution, web fetch, MCP, file search, shells), types newer than this package, 
 model app may read any of them (a lenient one turns what it does not know into text), so a guardrail is given
 every string in them, not only the fields a reader names: a block or item whose type no reader knows is walked
 whole, every key and every string at any depth but its own ids (`unknown_slots`), and a known record with a fixed
-schema has every string value given but its ids (`strings`). A walk past `MAX_DEPTH` levels is refused rather
-than cut short.
+schema has every string value given but its ids (`strings`); the fields of a known block, part, message or item
+that its reader does not name are given keys and all, but the APIs' own names (`rest_slots`). A walk past
+`MAX_DEPTH` levels is refused rather than cut short.
 
 Each string is given as a slot, `(container, key)`, so a guardrail's edit is written back where the string came
 from; a key's slot (`KeyOf`) renames the key in place, keeping the object's order, each object rebuilt once
-for all its renamed keys (`rename_keys`).
+for all its renamed keys (`rename_keys`); a guardrail's edit of a tool call's arguments that would make two keys
+one is refused as a rename onto a kept key is (`merged_keys`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -45,6 +48,65 @@ HARMLESS = frozenset(
         "signature",
         "cache_control",
         "caller",
+    )
+)
+
+# The names the APIs give the fields of their known blocks, parts, messages and items (and of the objects within
+# them, a citation, a logprob) that a reader does not read: where `rest_slots` walks such a field its name is not
+# given, being a word of the API's and not the client's. Any other name there is one a client made up, and given
+# (a lenient app may show the model the field, name and all). A name missing here is only given needlessly.
+API_FIELDS = HARMLESS.union(
+    (
+        # Messages: a tool result's flag, a document's citations setting, a citation's places
+        "is_error",
+        "citations",
+        "enabled",
+        "cited_text",
+        "document_index",
+        "document_title",
+        "start_char_index",
+        "end_char_index",
+        "start_page_number",
+        "end_page_number",
+        "start_block_index",
+        "end_block_index",
+        "search_result_index",
+        "encrypted_index",
+        "page_age",
+        # Chat: a message's name, refusal, annotations (URL citations), and the fields providers and LiteLLM add
+        "name",
+        "refusal",
+        "annotations",
+        "url_citation",
+        "start_index",
+        "end_index",
+        "reasoning_content",
+        "reasoning",
+        "reasoning_details",
+        "provider_specific_fields",
+        "prefix",
+        "format",
+        # Responses: a text's logprobs, a file's name and URL, an assistant message's phase, an MCP server's label
+        "logprobs",
+        "token",
+        "logprob",
+        "bytes",
+        "top_logprobs",
+        "filename",
+        "file_url",
+        "file_data",
+        "phase",
+        "server_label",
+        "output",
+        "error",
+        # the fields readers read, where they stand deeper
+        "text",
+        "content",
+        "title",
+        "url",
+        "source",
+        "data",
+        "media_type",
     )
 )
 
@@ -125,6 +187,39 @@ def rename_keys(objects: Iterable[KeyOf]) -> None:
         keys.renames.clear()
 
 
+def merged_keys(text: str) -> RequestRefused | None:
+    """The refusal of a guardrail's edit of a tool call's arguments whose JSON names a key twice in one object (a
+    mask of `{"pineapple": 1, "masked": 2}`), else None (None too for text that is not JSON: no keys to merge).
+
+    Read back into a Messages `tool_use.input` such an object keeps one of the values, and sent up as Chat's or
+    Responses' `arguments` string the app's parser does the same: a value lost as `rename_keys` refuses to lose
+    one. Found with the standard parser, which hands over each object's pairs before it makes a dict of them."""
+
+    def pairs(entries: list[tuple[str, Any]]) -> dict[str, Any]:
+        made = dict(entries)
+        if len(made) != len(entries):
+            seen: set[str] = set()
+            for name, _ in entries:
+                if name in seen:
+                    raise _Merged(name)
+                seen.add(name)
+        return made
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except _Merged as merged:
+        return RequestRefused(f"a guardrail's edit would merge two keys of an object (onto {merged.args[0]!r})")
+    except RecursionError:  # nested past what the parser can check: refused, not passed on unchecked
+        return RequestRefused("a guardrail's edit of a tool call is nested too deep to check for merged keys")
+    except ValueError:
+        pass
+    return None
+
+
+class _Merged(Exception):
+    """A key found twice in one object, raised out of the parser (`merged_keys`)."""
+
+
 def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0, own: bool = True) -> Iterator[Slot]:
     """Every string value in a known record (its ids and the `skipped` fields left out), its free-form JSON fields
     given whole, keys and all.
@@ -161,21 +256,26 @@ def read_fields(*names: str) -> frozenset[str]:
 
 
 def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
-    """The strings of a known block's, part's, message's or item's fields that its reader does not name: a field
-    the API adds later, or one a client makes up, which a lenient app may show the model. `read` (`read_fields`)
+    """The words of a known block's, part's, message's or item's fields that its reader does not name: a field
+    the API adds later, or one a client made up, which a lenient app may show the model. `read` (`read_fields`)
     names the fields read elsewhere or left out on purpose (ids, fixed words, bytes, images, encrypted or signed
-    content). Walked as a known record is (`strings`): values, not the field names, which are the API's.
+    content). Every string in them is given, and every key (the field's own name, and the keys within it) but
+    the API's names (`API_FIELDS`): a word a client writes only in a made-up field's name is judged as in a block
+    no reader knows, its mask written back as a rename.
 
     An ordinary message or part has no such field: where there are many (messages, text parts, tool results and
     calls) the caller looks first (`read.issuperset(holder)`, in C) and starts no walk, which would cost the
     guardrail view of a long history a tenth more."""
+    keys = KeyOf(holder)
     for key, inner in holder.items():
         if key in read:
             continue
         if isinstance(inner, str):
             yield holder, key
         elif isinstance(inner, dict | list):
-            yield from strings(inner, depth=1, own=False)
+            yield from every_string(inner, 1, API_FIELDS)
+        if key not in API_FIELDS:
+            yield keys, key
 
 
 def is_image(text: str) -> bool:
@@ -203,9 +303,10 @@ def image_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
             yield slot
 
 
-def every_string(value: Any, depth: int = 0) -> Iterator[Slot]:
-    """Every key and every string in a JSON value, at any depth: a key's slot after its value's slots, so that a
-    value is written back before its key is renamed."""
+def every_string(value: Any, depth: int = 0, named: frozenset[str] = frozenset()) -> Iterator[Slot]:
+    """Every key and every string in a JSON value, at any depth, but the keys `named` (the API's own names, for
+    `rest_slots`): a key's slot after its value's slots, so that a value is written back before its key is
+    renamed."""
     if depth > MAX_DEPTH:
         raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
@@ -214,8 +315,8 @@ def every_string(value: Any, depth: int = 0) -> Iterator[Slot]:
         if isinstance(inner, str):
             yield value, key
         else:
-            yield from every_string(inner, depth + 1)
-        if keys is not None:
+            yield from every_string(inner, depth + 1, named)
+        if keys is not None and key not in named:
             yield keys, key
 
 

@@ -5,7 +5,9 @@ A client may put words in a field of a known part that no reader names (an extra
 message's `name`, a made-up role, a document's `citations` object, a `tool_result`'s `is_error` that is not a
 boolean, a Responses `mcp_call`'s `server_label`, `logprobs` tokens, an `input_file`'s URL and name): they are
 given like any other text, and a mask is written back where the word was, while ids, types and cache settings
-are never given. With `skip_tool_message_in_guardrail`, only the output items of known tools are left out: an
+are never given; a word only in such a field's made-up name is judged too, and masked as a rename, though the
+APIs' own field names are not given. A mask that would make two keys of a tool call's arguments one is refused.
+With `skip_tool_message_in_guardrail`, only the output items of known tools are left out: an
 item merely named `*_call_output`, or a message claiming the tool role, is judged. A guardrail masking the keys of
 an object of thousands of keys answers in well under a second, not in minutes with the worker's loop held.
 Each guardrail is a real LiteLLM `CustomGuardrail`; the client is httpx on the middleware, the app a scripted model.
@@ -13,8 +15,10 @@ Each guardrail is a real LiteLLM `CustomGuardrail`; the client is httpx on the m
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import orjson
 import pytest
 from conftest import http_client
 from guardrail_kit import SAID, WORD, Masking, Recording, WordBlock, masked
@@ -236,3 +240,154 @@ async def test_a_mask_renaming_two_keys_onto_one_name_is_refused() -> None:
     block = {"type": "x_future_block", f"{WORD} masked": 1, f"masked {WORD}": 2}  # both become "masked masked"
     error = await refusal("/v1/messages", messages_body([block]), Masking("all"))
     assert "merge two keys" in error["error"]["message"]
+
+
+# Each case: (route, body), WORD only in the NAME of a field of a known part, message or item that no reader names
+# (its value harmless), or of a key within such a field: judged as the same key on a block no reader knows is.
+KEY = f"{WORD}_note"
+KEY_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "messages: a text block's made-up key": ("/v1/messages", messages_body([TEXT | {KEY: "v"}])),
+    "messages: a message's made-up key": (
+        "/v1/messages",
+        {"model": "c", "max_tokens": 9, "messages": [{"role": "user", "content": "hi", KEY: "v"}]},
+    ),
+    "messages: a key within a made-up field": ("/v1/messages", messages_body([TEXT | {"meta": {KEY: 1}}])),
+    "messages: a key within a document's citations object": (
+        "/v1/messages",
+        messages_body([{"type": "document", "source": SOURCE, "citations": {"enabled": True, KEY: True}}]),
+    ),
+    "chat: a message's made-up key": (
+        "/v1/chat/completions",
+        {"model": "g", "messages": [{"role": "user", "content": "hi", KEY: "v"}]},
+    ),
+    "chat: a text part's made-up key": (
+        "/v1/chat/completions",
+        {"model": "g", "messages": [{"role": "user", "content": [TEXT | {KEY: 0}]}]},
+    ),
+    "responses: an input_text's made-up key": (
+        "/v1/responses",
+        responses_body({"role": "user", "content": [{"type": "input_text", "text": "hi", KEY: "v"}]}),
+    ),
+    "responses: a message item's made-up key": (
+        "/v1/responses",
+        responses_body({"type": "message", "role": "user", "content": "hi", KEY: None}),
+    ),
+    "responses: a function_call's made-up key": (
+        "/v1/responses",
+        responses_body({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", KEY: [1]}),
+    ),
+}
+
+
+@pytest.mark.parametrize("where", list(KEY_CASES))
+async def test_a_blocked_word_only_in_the_name_of_a_field_no_reader_names_is_refused(where: str) -> None:
+    route, body = KEY_CASES[where]
+    error = (await refusal(route, body))["error"]
+    assert error["message"] == f"blocked: {WORD}"
+
+
+@pytest.mark.parametrize("where", list(KEY_CASES))
+async def test_a_mask_of_the_name_of_a_field_no_reader_names_renames_it_in_place(where: str) -> None:
+    route, body = KEY_CASES[where]
+    field = "input" if route == "/v1/responses" else "messages"
+    sent = await masked_request(route, body)
+    assert sent[field] == masked(body[field])
+    assert orjson.dumps(sent[field]) == orjson.dumps(masked(body[field]))  # the key renamed where it stood
+
+
+async def test_the_apis_own_names_of_fields_no_reader_names_are_not_given() -> None:
+    """Only the values of the APIs' own fields are given (a Chat message's `name`, a Responses text's `logprobs`
+    tokens, a tool result's `is_error`), not their names: a word of the API's is no word of the client's."""
+    bodies = {
+        "/v1/chat/completions": {"model": "g", "messages": [{"role": "user", "content": "one", "name": "bob"}]},
+        "/v1/responses": responses_body(
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "x", "logprobs": [{"token": "tok", "logprob": -0.1}]}],
+            }
+        ),
+        "/v1/messages": {
+            "model": "c",
+            "max_tokens": 9,
+            "messages": [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "two"}]},
+                {"role": "user", "content": [{"type": "text", "text": "three", "citations": [], "meta": "four"}]},
+            ],
+        },
+    }
+    expected = {
+        "/v1/chat/completions": ["one", "bob"],
+        "/v1/responses": ["hi", "x", "tok", "go"],
+        "/v1/messages": ["two", "three", "four", "meta"],
+    }
+    for route, body in bodies.items():
+        guard = Given("given", "pre_call")
+        model = ScriptedModel(default=response("ok") if route == "/v1/responses" else message("ok"))
+        async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+            got = await http.post(route, json=body)
+        assert got.status_code == 200, got.text
+        assert guard.texts == expected[route], route
+
+
+MERGED = {WORD: "first", "masked": "second"}  # masked, both keys are "masked"
+CALL_ROUNDS: dict[str, dict[str, Any]] = {
+    "/v1/messages": {
+        "model": "c",
+        "max_tokens": 9,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": MERGED}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        ],
+    },
+    "/v1/chat/completions": {
+        "model": "g",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+    },
+    "/v1/responses": responses_body({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}),
+}
+
+
+@pytest.mark.parametrize("route", list(CALL_ROUNDS))
+@pytest.mark.parametrize("nested", [False, True], ids=["top level", "nested"])
+async def test_a_mask_that_would_merge_two_keys_of_a_tool_calls_arguments_is_refused(route: str, nested: bool) -> None:
+    """Read back, the two keys would be one (a Messages `tool_use.input` keeping one value, a Chat or Responses
+    `arguments` string naming the key twice, which the app's parser reads as one): refused in the route's shape."""
+    body = copy.deepcopy(CALL_ROUNDS[route])
+    arguments = {"path": {"to": MERGED}} if nested else MERGED
+    if route == "/v1/messages":
+        body["messages"][1]["content"][0]["input"] = arguments
+    elif route == "/v1/chat/completions":
+        body["messages"][1]["tool_calls"][0]["function"]["arguments"] = orjson.dumps(arguments).decode()
+    else:
+        body["input"][1]["arguments"] = orjson.dumps(arguments).decode()
+    error = await refusal(route, body, Masking("all"))
+    message_ = error["error"]["message"]
+    assert message_ == "a guardrail's edit would merge two keys of an object (onto 'masked')"
+    if route == "/v1/messages":
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("route", list(CALL_ROUNDS))
+async def test_a_mask_of_a_tool_calls_arguments_that_merges_nothing_is_written_back(route: str) -> None:
+    body = copy.deepcopy(CALL_ROUNDS[route])
+    arguments = {WORD: "first", "other": f"a {WORD}"}
+    if route == "/v1/messages":
+        body["messages"][1]["content"][0]["input"] = arguments
+    elif route == "/v1/chat/completions":
+        body["messages"][1]["tool_calls"][0]["function"]["arguments"] = orjson.dumps(arguments).decode()
+    else:
+        body["input"][1]["arguments"] = orjson.dumps(arguments).decode()
+    field = "input" if route == "/v1/responses" else "messages"
+    sent = await masked_request(route, body)
+    assert sent[field] == masked(body[field])
