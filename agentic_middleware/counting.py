@@ -27,7 +27,7 @@ from .followups import resume_beside
 from .hooks import AgenticLoopLogging, BoundHook
 from .payload import client_fault
 from .policy import ToolPolicy, client_own, scoped
-from .precall import model_call_details
+from .precall_request import model_call_details
 from .surfaces import Surface
 from .tools import ServerTools
 

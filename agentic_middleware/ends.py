@@ -27,7 +27,8 @@ from .native.live import LiveRecords
 from .observe import MAPPINGS, Observer, RoundRecord, usage_added
 from .payload import dumps, own_size, wrap
 from .policy import ToolPolicy, scoped
-from .precall import CALL_TYPES, model_call_details, run_pre_call
+from .precall import CALL_TYPES, run_pre_call
+from .precall_request import model_call_details
 from .rerun_guard import judged_rerun
 from .settings import Settings, loop_limit
 from .store import CallerState, KeyValueStore
@@ -183,7 +184,9 @@ class RequestEnds:
                 state=CallerState(self.state, self.scope, self.settings.caller),
                 call_type=CALL_TYPES.get(self.surface.api_surface),
                 model=model if isinstance(model := self.body.get("model"), str) else None,
-                stream=self.body.get("stream") is True,
+                # The client's stream flag: a buffered or live stream's body no longer says `stream` (the app is
+                # called without one, or a pre-call hook turned it off), its events do; one passing by still says it.
+                stream=self.events is not None or self.body.get("stream") is True,
             )
             if isinstance(self.events, LiveStream):  # native records go out as each search completes
                 LiveRecords(self.events).keep(self._logging_obj.model_call_details)

@@ -373,3 +373,6 @@ class AgenticLoopLogging:
     call_type: str | None = None  # LiteLLM's name for the route's SDK call (precall.CALL_TYPES)
     model: str | None = None  # the client's request's model
     stream: bool = False  # whether the client asked for a stream
+    # What was written from the HTTP request (`proxy_server_request`, the request's `metadata` keys), the
+    # middleware's own copy for each rerun's guardrails (precall_request.remember); not a LiteLLM attribute.
+    request_fields: dict[str, Any] | None = field(default=None, repr=False, compare=False)

@@ -33,6 +33,7 @@ from .precall_proxy import (
     method_for,
     moderation_hook,
     pre_call_hook,
+    real_guardrail,
 )
 from .precall_request import recalled, remember, with_server_fields
 from .surfaces import canonical
@@ -100,11 +101,16 @@ def _events(event_hook: Any) -> list[Any] | None:
 
 
 def judges_reruns(hook: BoundHook) -> bool:
-    """A guardrail that judges each rerun's added messages too (rerun_guard.py): one that judges requests and takes
-    no part in the loop. A guardrail that is also an agentic hook (LiteLLM's Headroom and Compresr compress the
-    request and answer their own retrieve calls) shapes the reruns itself: run again on them, it would compress
-    what its own tool just restored."""
-    return is_guardrail(hook) and not any(hook.methods[name] is not None for name in HOOK_METHODS)
+    """A guardrail that judges each rerun's added messages too (rerun_guard.py): a real guardrail (`real_guardrail`)
+    that judges requests and takes no part in the loop. A plain logger that overrides `async_pre_call_hook` or
+    `async_moderation_hook` (a rate limiter, a quota, a meter, one that adds a system message) is not: LiteLLM's
+    proxy calls it once per client request, so it runs once here, on the first request; run on each rerun it would
+    count or bill the request again and add its edits once more. A guardrail that is also an agentic hook
+    (LiteLLM's Headroom and Compresr compress the request and answer their own retrieve calls) shapes the reruns
+    itself: run again on them, it would compress what its own tool just restored."""
+    return (
+        is_guardrail(hook) and real_guardrail(hook) and not any(hook.methods[name] is not None for name in HOOK_METHODS)
+    )
 
 
 def idle_guardrail(hook: BoundHook) -> Any:
@@ -124,22 +130,6 @@ _OTHER_METHODS = (*HOOK_METHODS, DEPLOYMENT_HOOK, PRE_REQUEST_HOOK)
 
 def _event_name(event: Any) -> Any:
     return getattr(event, "value", event)
-
-
-def model_call_details(body: dict[str, Any], provider: str, state: dict[str, Any]) -> dict[str, Any]:
-    """`logging_obj.model_call_details` as LiteLLM fills it where its hooks read it.
-
-    `litellm_params.metadata` holds `request.state.litellm_metadata` (a dict) and `request.state.user_api_key_auth`
-    as `user_api_key_auth`, the caller identity LiteLLM's proxy puts there; `agentic_loop_params` names the
-    request's model and provider.
-    """
-    metadata = dict(state.get("litellm_metadata") or {})
-    if state.get("user_api_key_auth") is not None:
-        metadata["user_api_key_auth"] = state["user_api_key_auth"]
-    return {
-        "litellm_params": {"metadata": metadata, "custom_llm_provider": provider},
-        "agentic_loop_params": {"model": body.get("model"), "custom_llm_provider": provider},
-    }
 
 
 def caller_hash(state: Mapping[str, Any]) -> str | None:
@@ -188,7 +178,7 @@ async def run_pre_call(
     client = client_fields(body)
     if scope is not None:
         with_server_fields(client, body, scope)
-        remember(logging_obj.model_call_details, client)
+        remember(logging_obj, client)
     kwargs = HookKwargs(client)
     if (caller := caller_hash(state)) is not None:
         kwargs["user_api_key_hash"] = caller
@@ -224,20 +214,24 @@ async def judge(
     logging_obj: AgenticLoopLogging,
     call: Callable[..., Awaitable[Any]],
 ) -> None:
-    """Every guardrail that judges requests, in order, on `kwargs` (the request), by the method LiteLLM's proxy
-    calls for each of its events: what a `pre_call` one changes is written there; a `during_call` one's verdict
-    holds and its edits do not (as in LiteLLM: it judges a copy). One whose `apply_guardrail` serves both events is
-    called once, on the request."""
+    """Every guardrail that judges requests on `kwargs` (the request), by the method LiteLLM's proxy calls for each
+    of its events, in two passes as LiteLLM's proxy makes them: every `pre_call` step first, in hook order (what
+    each changes is written there, for the next to judge), then every `during_call` step, in hook order, each on a
+    copy of the request the `pre_call` steps left (its verdict holds and its edits do not, as in LiteLLM: it judges
+    a copy beside the model call). So a `during_call` moderator never sees what a later `pre_call` masker masks.
+    One whose `apply_guardrail` serves both events is called once, in the first pass."""
     call_type = CALL_TYPES.get(api_surface)
     if "proxy_server_request" not in kwargs:  # a rerun's: the HTTP request's headers, as the first request's
-        recalled(kwargs, logging_obj.model_call_details)
-    for hook in hooks:
-        methods = request_methods(hook)
-        pre, during = methods.get("pre_call"), methods.get("during_call")
+        recalled(kwargs, logging_obj)
+    steps = [(hook, request_methods(hook)) for hook in hooks]
+    for hook, methods in steps:
+        pre = methods.get("pre_call")
         if pre == GUARDRAIL:
             await _guardrail(hook, kwargs, api_surface, logging_obj, call)
         elif pre == PRE_CALL_HOOK:
             await pre_call_hook(hook, kwargs, call_type, logging_obj, call)
+    for hook, methods in steps:
+        pre, during = methods.get("pre_call"), methods.get("during_call")
         if during == GUARDRAIL and pre != GUARDRAIL:
             await _guardrail(hook, copy_of(kwargs), api_surface, logging_obj, call)
         elif during == MODERATION_HOOK:

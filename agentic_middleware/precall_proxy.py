@@ -33,6 +33,19 @@ if TYPE_CHECKING:
     from .hooks import AgenticLoopLogging, BoundHook
     from .precall_kwargs import HookKwargs
 
+# The keys the server gives every round's hooks beside the request (precall.run_pre_call), which a returned dict
+# that leaves them out does not take away: the caller's key hash, the call's id, provider, logging object and HTTP
+# request, and whether it streams.
+SERVER_KWARGS = (
+    "user_api_key_hash",
+    "litellm_call_id",
+    "custom_llm_provider",
+    "litellm_logging_obj",
+    "proxy_server_request",
+    "stream",
+    "stream_options",
+)
+
 # LiteLLM's events on which a guardrail judges the client's request, in the order they run.
 REQUEST_EVENTS = ("pre_call", "during_call")
 
@@ -48,6 +61,17 @@ def method_for(hook: BoundHook, event: str) -> str | None:
         return GUARDRAIL
     own = PRE_CALL_HOOK if event == "pre_call" else MODERATION_HOOK
     return own if hook.methods[own] is not None else None
+
+
+def real_guardrail(hook: BoundHook) -> bool:
+    """A LiteLLM `CustomGuardrail` (read by its attributes, LiteLLM not being imported: `should_run_guardrail` or
+    `guardrail_name`), or a hook with `apply_guardrail`; not a plain `CustomLogger`."""
+    target = hook.hook
+    return (
+        hook.methods[GUARDRAIL] is not None
+        or callable(getattr(target, "should_run_guardrail", None))
+        or hasattr(target, "guardrail_name")
+    )
 
 
 def copy_of(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -150,11 +174,17 @@ async def pre_call_hook(
     if isinstance(result, str):  # the proxy's answer to a string: a 400 with it as the message
         raise RequestRefused(result, 400)
     if isinstance(result, dict) and result is not kwargs:
+        server = {name: kwargs[name] for name in SERVER_KWARGS if name in kwargs}
         for name in [name for name in kwargs if name not in result]:
             del kwargs[name]
         for name, value in result.items():
             if name not in kwargs or kwargs[name] is not value:
                 kwargs[name] = value
+        # A partial dict (the request's fields alone, as many hooks build one) takes the server's keys with it: put
+        # back those it left out, as the rerun path sets them anew, without counting them as the hook's.
+        for name, value in server.items():
+            if name not in result:
+                dict.__setitem__(kwargs, name, value)
 
 
 async def moderation_hook(

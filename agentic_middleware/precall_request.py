@@ -12,7 +12,10 @@ given in their place, built from the ASGI scope: `proxy_server_request` (`url`, 
 
 The headers given are the request's less its credentials: the API-key headers LiteLLM's proxy takes a key from
 (`authorization`, `x-api-key`, `api-key`, Google's, Azure APIM's, `x-litellm-api-key`, `x-mcp-auth`, and their
-`x-pass-` forms), `proxy-authorization` and `cookie`. LiteLLM's proxy masks their values; here they are left out,
+`x-pass-` forms), `proxy-authorization` and `cookie`; the `x-mcp-{server}-{header}` family LiteLLM's proxy drops
+(`x-mcp-servers` and `x-mcp-access-groups` are kept); and any header whose name holds a word LiteLLM's masking
+reads as a secret's (`key`, `token`, `secret`, `authorization`, `credential`, `password`, `passwd`), with `_` read
+as `-`. LiteLLM's proxy masks their values; here they are left out,
 since no guardrail should judge by a secret, and the guardrail service a guardrail forwards headers to is another
 party. A header sent more than once is given once, its values joined by ", " (HTTP's own reading), so that a
 second copy cannot stand in for the first.
@@ -21,9 +24,12 @@ second copy cannot stand in for the first.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .precall_kwargs import copied
+
+if TYPE_CHECKING:
+    from .hooks import AgenticLoopLogging
 
 # The request headers LiteLLM's proxy reads a caller's key from, and the other credential headers it masks.
 _CREDENTIALS = frozenset(
@@ -51,12 +57,33 @@ def _servers(name: str) -> bool:
     return lower in _SERVER_KEYS or lower.startswith("user_api_key") or lower == "litellm_metadata"
 
 
+# Words that make a header name a credential's, as LiteLLM's masking reads a name (`has_sensitive_keyword`).
+_SECRET_WORDS = ("authorization", "token", "key", "secret", "credential", "password", "passwd")
+
+# The `x-mcp-` headers that carry no credential: LiteLLM's proxy keeps them and drops the rest of the family (its
+# `x-mcp-{server alias}-{header}` headers carry a credential for that MCP server; `x-mcp-auth` the MCP key).
+_MCP_KEPT = frozenset(("x-mcp-servers", "x-mcp-access-groups"))
+
+
+def is_credential(name: str) -> bool:
+    """Whether a (lowercase) header name carries a credential, and is never given: one of the named credential
+    headers (in `x-pass-` form too), any `x-mcp-` header but the two LiteLLM keeps, or one whose name holds a
+    secret's word (`x-openai-api-key`, `x-aws-session-token`, a deployment's own key header), `_` read as `-` (a
+    server may take `api_key` for `api-key`; the gateway's client keys are never given in any spelling)."""
+    name = name.replace("_", "-")
+    if name in _CREDENTIALS or name.removeprefix("x-pass-") in _CREDENTIALS:
+        return True
+    if name.startswith("x-mcp-") and name not in _MCP_KEPT:
+        return True
+    return any(word in name for word in _SECRET_WORDS)
+
+
 def inbound_headers(scope: Mapping[str, Any]) -> dict[str, str]:
     """The request's headers as guardrails are given them: lowercase names, without its credentials."""
     headers: dict[str, str] = {}
     for raw_name, raw_value in scope.get("headers") or ():
         name = raw_name.decode("latin-1").lower()
-        if name in _CREDENTIALS or name.removeprefix("x-pass-") in _CREDENTIALS:
+        if is_credential(name):
             continue
         value = raw_value.decode("latin-1")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
@@ -105,35 +132,63 @@ def with_server_fields(fields: dict[str, Any], body: Mapping[str, Any], scope: M
     fields["metadata"] = {**own, **server}
 
 
+def model_call_details(body: dict[str, Any], provider: str, state: dict[str, Any]) -> dict[str, Any]:
+    """`logging_obj.model_call_details` as LiteLLM fills it where its hooks read it.
+
+    `litellm_params.metadata` holds `request.state.litellm_metadata` (a dict) and `request.state.user_api_key_auth`
+    as `user_api_key_auth`, the caller identity LiteLLM's proxy puts there; `agentic_loop_params` names the
+    request's model and provider.
+    """
+    metadata = dict(state.get("litellm_metadata") or {})
+    if state.get("user_api_key_auth") is not None:
+        metadata["user_api_key_auth"] = state["user_api_key_auth"]
+    return {
+        "litellm_params": {"metadata": metadata, "custom_llm_provider": provider},
+        "agentic_loop_params": {"model": body.get("model"), "custom_llm_provider": provider},
+    }
+
+
 # The `metadata` keys written from the HTTP request that each rerun's guardrails get again.
 _REQUEST_METADATA = ("headers", "endpoint", "requester_ip_address", "user_agent")
 
 
-def remember(details: dict[str, Any], fields: Mapping[str, Any]) -> None:
-    """Keep what was written from the HTTP request in the request's `logging_obj.model_call_details`, where
+def remember(logging_obj: AgenticLoopLogging, fields: Mapping[str, Any]) -> None:
+    """Keep what was written from the HTTP request: in the request's `logging_obj.model_call_details`, where
     LiteLLM's `Logging` holds it (`litellm_params.proxy_server_request`, and the `metadata` keys beside the
-    caller's), for the guardrails that judge each rerun (`recalled`): a rerun is the same HTTP request."""
-    params = details.get("litellm_params")
+    caller's), and, for the guardrails that judge each rerun (`recalled`: a rerun is the same HTTP request), a copy
+    of the middleware's own on the logging object. Each is a copy of what the hooks were given, never the same
+    objects: a `during_call` hook judges a deep copy of the request but shares the logging object, and what it
+    wrote into one of them would otherwise be the headers every later guardrail is given."""
     request = fields.get("proxy_server_request")
-    if not isinstance(params, dict) or not isinstance(request, dict):
-        return
-    params["proxy_server_request"] = {name: value for name, value in request.items() if name != "body"}
-    metadata, given = params.get("metadata"), fields.get("metadata")
-    if isinstance(metadata, dict) and isinstance(given, dict):
-        for name in _REQUEST_METADATA:
-            if name in given:
-                metadata.setdefault(name, given[name])
-
-
-def recalled(kwargs: dict[str, Any], details: Mapping[str, Any]) -> None:
-    """Give a rerun's guardrails (whose `kwargs` are the added messages alone) what the first request's were given
-    from the HTTP request: `proxy_server_request` (without a `body`: the rerun's is its messages) and those
-    `metadata` keys. Without them a policy keyed by a header would judge every rerun as of no tenant."""
-    params = details.get("litellm_params")
-    request = params.get("proxy_server_request") if isinstance(params, dict) else None
     if not isinstance(request, dict):
         return
-    kwargs["proxy_server_request"] = dict(request)
-    metadata = params.get("metadata") if isinstance(params, dict) else None
-    if "metadata" not in kwargs and isinstance(metadata, dict):
-        kwargs["metadata"] = {name: metadata[name] for name in _REQUEST_METADATA if name in metadata}
+    given = fields.get("metadata")
+    kept = {
+        "proxy_server_request": {name: value for name, value in request.items() if name != "body"},
+        "metadata": {name: given[name] for name in _REQUEST_METADATA if name in given}
+        if isinstance(given, dict)
+        else {},
+    }
+    logging_obj.request_fields = copied(kept, {})
+    params = logging_obj.model_call_details.get("litellm_params")
+    if not isinstance(params, dict):
+        return
+    params["proxy_server_request"] = copied(kept["proxy_server_request"], {})
+    metadata = params.get("metadata")
+    if isinstance(metadata, dict):
+        for name, value in copied(kept["metadata"], {}).items():
+            metadata.setdefault(name, value)
+
+
+def recalled(kwargs: dict[str, Any], logging_obj: AgenticLoopLogging) -> None:
+    """Give a rerun's guardrails (whose `kwargs` are the added messages alone) what the first request's were given
+    from the HTTP request, each rerun its own copy: `proxy_server_request` (without a `body`: the rerun's is its
+    messages) and those `metadata` keys. Without them a policy keyed by a header would judge every rerun as of no
+    tenant."""
+    kept = logging_obj.request_fields
+    if not isinstance(kept, dict):
+        return
+    fresh = copied(kept, {})
+    kwargs["proxy_server_request"] = fresh["proxy_server_request"]
+    if "metadata" not in kwargs:
+        kwargs["metadata"] = fresh["metadata"]
