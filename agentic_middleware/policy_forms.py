@@ -28,6 +28,7 @@ MESSAGES = "messages"
 RESPONSES = "responses"
 FUNCTIONS_OWN = b"functions:"  # what sets a client's legacy `functions` entry apart from its `tools` in `client_own`
 WEB_SEARCH = "web_search"  # the name every web search form is judged by: the shipped search's, Anthropic's
+LITELLM_WEB_SEARCH = "litellm_web_search"  # the function LiteLLM's web search interception serves a search by
 
 
 def wire_form(tool: Any) -> Any:
@@ -114,6 +115,23 @@ def client_shaped(route: str, tool: Any) -> bool:
     return tool_name(tool) is not None and (holder != "input_schema" or isinstance(part(tool, "name"), str))
 
 
+def litellm_searches(tool: Any) -> bool:
+    """Whether LiteLLM's web search interception (`WebSearchInterceptionLogger`, in the middleware or in LiteLLM's
+    proxy behind it) would take the declaration for a web search, which it rewrites as `litellm_web_search` and
+    runs on the operator's search account. It reads, on any route: a tool named `litellm_web_search` (Anthropic's
+    shape, or a Chat function by that name), Claude Code's `web_search` with any type (`custom` too), the legacy
+    marker `WebSearch` without an `input_schema`, and (as `family` already reads) every `web_search*` type. Such a
+    declaration is judged as `web_search` even in a client's own shape: the client does not run it, the app does."""
+    if not isinstance(tool, Mapping):
+        return False
+    kind, name = part(tool, "type"), part(tool, "name")
+    if kind == "function" and part(part(tool, "function"), "name") == LITELLM_WEB_SEARCH:
+        return True
+    if name == LITELLM_WEB_SEARCH or (name == WEB_SEARCH and bool(kind)):
+        return True
+    return name == "WebSearch" and "input_schema" not in tool
+
+
 def legacy_shaped(entry: Any) -> bool:
     """Whether a Chat legacy `functions` entry is a function declaration (its `name`, `description`, `parameters`):
     the only form of one that is declared under a policy that judges names."""
@@ -138,6 +156,11 @@ def judged_names(route: str, tool: Any, hosted_mcp: Mapping[str, str], own: bool
     kind = part(tool, "type")
     if kind == NAMESPACE:
         return _nested_names(tool, hosted_mcp, own)
+    if litellm_searches(tool):  # the operator's search, whoever declared it and in whichever shape
+        if not PROVIDER_TOOL_KEYS.isdisjoint(tool):
+            return None
+        name = tool_name(tool)  # None: names that disagree, no one's (fail closed)
+        return None if name is None else (WEB_SEARCH,) if name == WEB_SEARCH else (WEB_SEARCH, name)
     if client_shaped(route, tool):
         return () if own else (tool_name(tool) or "",)  # a client-shaped tool has one name
     if not isinstance(kind, str) or not kind or kind in ("function", "custom") or not isinstance(tool, Mapping):

@@ -100,7 +100,8 @@ class GatewayPaths:
             return
         if self.routes.get(path) is None and (canonical := ALIASES.get(path)) is not None:
             mounted = scope["path"][: len(scope["path"]) - len(path)]  # the `root_path` it was judged without
-            scope = {**scope, "path": mounted + canonical, "raw_path": (mounted + canonical).encode()}
+            # `raw_path` without the mount: it is what goes up (`upstream.forwarded_path`), to the route's own path.
+            scope = {**scope, "path": mounted + canonical, "raw_path": canonical.encode()}
             path = canonical
         if self.refusing and not self.forwarded(method, path):
             await self._refuse(method, path, scope, receive, send)

@@ -1,7 +1,8 @@
 """Forwarding to a real model server (vLLM, Ollama, llama.cpp's server, a provider): the gateway's model app.
 
-Every path goes up as the client sent it, any method: the base URL is the model server's, with or without a
-trailing `/v1` (`http://localhost:11434` and `http://localhost:11434/v1` are the same upstream), and a client's
+Every path goes up as the client sent it (without the `root_path` of a mount: `forwarded_path`), any method: the
+base URL is the model server's, with or without a trailing `/v1` (`http://localhost:11434` and
+`http://localhost:11434/v1` are the same upstream), and a client's
 `/v1/chat/completions` goes to `{server}/v1/chat/completions`, its `/v1/models` to `{server}/v1/models`, its `HEAD /`
 to `{server}/`. A path with a `.` or `..` segment (between `/` or `\\`, percent-encoded or not) is refused (400),
 so no client climbs out of a base such as `https://host/openai/v1`. The client's query string, credentials and API
@@ -29,8 +30,10 @@ from typing import Literal
 import aiohttp
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Scope
 from yarl import URL
 
+from ..routes import route_path
 from .wire import MODEL_ROUTES, Route, error_response, route_of
 
 FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"content-type", b"accept"})
@@ -130,7 +133,7 @@ class Upstream:
 
     async def _forward(self, request: Request, route: Route) -> Response:
         scope = request.scope
-        path: bytes = scope.get("raw_path") or urllib.parse.quote(scope["path"]).encode()
+        path = forwarded_path(scope)
         query = scope["query_string"]
         url = None if query else self._model_urls.get(path)
         if url is None:  # not one of the model routes as written, or with a query: checked and built here
@@ -223,6 +226,29 @@ class Upstreams:
     async def aclose(self) -> None:
         await self.anthropic.aclose()
         await self.openai.aclose()
+
+
+def forwarded_path(scope: Scope) -> bytes:
+    """The path a request goes up by: the one the gateway judged, without the `root_path` of a mount (a Starlette
+    `Mount("/gw")`, uvicorn's `--root-path`), since the model server serves `/v1/...`, not `/gw/v1/...`.
+
+    As the client wrote it (`raw_path`, percent-encoding kept) where that can be read: a `raw_path` that already is
+    the routed path (from an ASGI server that leaves the prefix out of it) goes up as it is; one that holds the
+    prefix (a `Mount`; uvicorn's `--root-path`, which puts it in `path` and `raw_path` both) goes up without it.
+    One whose prefix is written otherwise than `root_path` (`/g%77/...`) goes up as the routed path, quoted."""
+    path: str = scope["path"]
+    raw: bytes | None = scope.get("raw_path")
+    routed = route_path(scope)
+    if routed == path:  # nothing mounted: the hot path
+        return raw or urllib.parse.quote(path).encode()
+    if raw:
+        written = urllib.parse.unquote(raw.decode("latin-1"))
+        if written == routed:
+            return raw
+        root = scope["root_path"].encode("latin-1", "replace")
+        if written == path and raw.startswith(root):
+            return raw[len(root) :]
+    return urllib.parse.quote(routed).encode()
 
 
 def _climbs(path: bytes) -> bool:
