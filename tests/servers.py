@@ -31,13 +31,21 @@ def _socket(send_buffer: int | None) -> socket.socket:
 
 @contextlib.asynccontextmanager
 async def serving(
-    server: str, app: ASGIApp, *, graceful_timeout: float = 5.0, send_buffer: int | None = None
+    server: str,
+    app: ASGIApp,
+    *,
+    graceful_timeout: float = 5.0,
+    send_buffer: int | None = None,
+    root_path: str = "",
 ) -> AsyncIterator[Serving]:
-    """Serves `app` with `server` ("uvicorn" or "hypercorn") in this event loop until the block ends."""
+    """Serves `app` with `server` ("uvicorn" or "hypercorn") in this event loop until the block ends; `root_path`:
+    uvicorn's `--root-path` (a proxy in front strips that prefix)."""
     sock = _socket(send_buffer)
     port = sock.getsockname()[1]
     if server == "uvicorn":
-        config = uvicorn.Config(app, log_level="critical", lifespan="off", timeout_graceful_shutdown=graceful_timeout)
+        config = uvicorn.Config(
+            app, log_level="critical", lifespan="off", timeout_graceful_shutdown=graceful_timeout, root_path=root_path
+        )
         instance = uvicorn.Server(config)
         task = asyncio.create_task(instance.serve(sockets=[sock]))
 

@@ -8,18 +8,16 @@ uvicorn), and compares what the model app received and what the client got.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import os
-import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 from conftest import anthropic_client, openai_client
+from servers import serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -48,17 +46,8 @@ Script = Callable[[], ScriptedModel]
 @contextlib.asynccontextmanager
 async def served(app: ASGIApp) -> AsyncIterator[str]:
     """The app under uvicorn on a free loopback port; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await serving
+    async with serving("uvicorn", app) as server:
+        yield f"http://127.0.0.1:{server.port}"
 
 
 @pytest.fixture

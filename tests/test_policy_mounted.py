@@ -8,15 +8,13 @@ before (the prefixed routes' test excepted: it guards what worked then).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from servers import serving
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -62,18 +60,8 @@ def mounted(model: Model, **options: Any) -> Starlette:
 async def under_uvicorn(app: ASGIApp, root_path: str) -> AsyncIterator[str]:
     """`app` served by uvicorn with `--root-path`: it puts the prefix before every path, as a proxy that strips it
     expects; yields the base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off", root_path=root_path))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with serving("uvicorn", app, root_path=root_path) as served:
+        yield f"http://127.0.0.1:{served.port}"
 
 
 @pytest.fixture(autouse=True)
