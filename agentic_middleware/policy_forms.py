@@ -66,8 +66,13 @@ _CLIENT_SHAPES: dict[tuple[str, Any], tuple[str | None, frozenset[str]]] = {
     (CHAT, "custom"): ("custom", CLIENT_MARKS | {"type", "custom"}),
     (MESSAGES, None): _ANTHROPIC_TOOL,
     (MESSAGES, "custom"): _ANTHROPIC_TOOL,
-    (RESPONSES, "function"): (None, CLIENT_MARKS | {"type", "name", "description", "parameters", "function"}),
-    (RESPONSES, "custom"): (None, CLIENT_MARKS | {"type", "name", "description", "format", "custom"}),
+    # `output_schema`, `async`: what the client's function returns and whether it answers later (the SDK's
+    # `FunctionToolParam`), the same tool's.
+    (RESPONSES, "function"): (
+        None,
+        CLIENT_MARKS | {"type", "name", "description", "parameters", "function", "output_schema", "async"},
+    ),
+    (RESPONSES, "custom"): (None, CLIENT_MARKS | {"type", "name", "description", "format", "custom", "async"}),
 }
 _LEGACY_KEYS = frozenset({"name", "description", "parameters"}) | CLIENT_MARKS  # a Chat legacy `functions` entry
 _NAMESPACE_KEYS = frozenset({"type", "name", "description", "tools"}) | CLIENT_MARKS

@@ -153,6 +153,46 @@ async def test_real_clients_tools_stay_the_clients_own(route: str, mode: str) ->
         assert len(body["tools"]) == len(tools) + (mode == "loop")  # the server's `lookup`, where the loop declares it
 
 
+def every_key(kind: Any, **values: Any) -> dict[str, Any]:
+    """A declaration holding every key the official SDK's type of it declares: `values` where given, else a mark."""
+    keys = kind.__required_keys__ | kind.__optional_keys__
+    return {key: values.get(key, False) for key in sorted(keys)}
+
+
+def sdk_declarations() -> dict[str, list[dict[str, Any]]]:
+    """The client-tool types of the anthropic and openai SDKs installed, each with every key they declare: a field a
+    new SDK adds to a client's own tool must keep it the client's own, not drop it silently."""
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionCustomToolParam, ChatCompletionFunctionToolParam
+    from openai.types.responses import CustomToolParam, FunctionToolParam
+    from openai.types.shared_params import FunctionDefinition
+
+    schema = {"type": "object"}
+    return {
+        "messages": [every_key(ToolParam, type="custom", name="sdk_tool", input_schema=schema, description="x")],
+        "responses": [
+            every_key(FunctionToolParam, type="function", name="sdk_fn", parameters=schema, output_schema=schema),
+            every_key(CustomToolParam, type="custom", name="sdk_custom", format={"type": "text"}, description="x"),
+        ],
+        "chat": [
+            every_key(
+                ChatCompletionFunctionToolParam,
+                type="function",
+                function=every_key(FunctionDefinition, name="sdk_fn", parameters=schema, description="x"),
+            ),
+            every_key(ChatCompletionCustomToolParam, type="custom", custom={"name": "sdk_custom"}),
+        ],
+    }
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+async def test_every_key_the_sdks_declare_keeps_a_tool_the_clients_own(route: str) -> None:
+    """Responses' `output_schema` (and `async`) once dropped a client's function under any policy judging names."""
+    tools = sdk_declarations()[route]
+    for key in ("carol", "bob"):
+        assert reaching(await sent(route, key, tools=tools), tools) == tools, key
+
+
 # F6: a namespace is judged by every tool nested in it.
 
 NESTED = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}
