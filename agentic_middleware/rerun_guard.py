@@ -107,8 +107,7 @@ async def judged_rerun(
         new = kwargs.get(name)
         if new is None and name not in BODY_FIELDS:
             continue  # a schema or prompt field is taken back only when changed, as on the first call
-        unchanged = _kept(new, messages) if name == field else same(new, value)
-        if new is not None and new is copies[name] and unchanged:
+        if new is not None and new is copies[name] and (_kept(new, messages) if name == field else same(new, value)):
             continue  # unchanged, or edited in place: the messages are the body's own objects
         if judged is body:
             judged = dict(body)
