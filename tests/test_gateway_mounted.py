@@ -136,3 +136,26 @@ async def test_a_mounted_path_that_climbs_is_still_refused() -> None:
     assert "'..' segments" in climbing.text
     assert listed.status_code == 200
     assert seen == [b"/v1/models?x=1"]
+
+
+@pytest.mark.parametrize("where", ["mount", "uvicorn"])
+async def test_routes_written_with_the_mounts_prefix_judge_and_forward_without_it(where: str) -> None:
+    """`routes={"/gw/v1/chat/completions": ...}`, the mount's prefix written in (as configuration.md once advised):
+    the whole path is the route, judged and looped; what goes up is the path the model server serves, without the
+    prefix, under a Starlette `Mount` and under uvicorn's `--root-path` alike (a real upstream on
+    uvicorn records it)."""
+    routes = {"/gw/v1/chat/completions": "chat_completions"}
+    async with upstream() as (url, seen):
+        app = gateway(url, routes=routes)
+        if where == "mount":
+            outer = Starlette(routes=[Mount("/gw", app=app)])
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=outer), base_url="http://gw") as client:
+                refused = await client.post("/gw/v1/chat/completions", json=CHAT, headers={"x-api-key": "stranger"})
+                reply = await client.post("/gw/v1/chat/completions", json=CHAT, headers={"x-api-key": "bob"})
+        else:
+            async with under_uvicorn(app, "/gw") as base, httpx.AsyncClient(base_url=base) as client:
+                refused = await client.post("/v1/chat/completions", json=CHAT, headers={"x-api-key": "stranger"})
+                reply = await client.post("/v1/chat/completions", json=CHAT, headers={"x-api-key": "bob"})
+    assert refused.status_code == 403 and "this key may not call" in refused.text  # judged as the route it names
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"] == MESSAGE, reply.text
+    assert seen == [b"/v1/chat/completions"]

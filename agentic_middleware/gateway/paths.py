@@ -29,7 +29,7 @@ import logging
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..hooks import DEPLOYMENT_HOOK, PRE_REQUEST_HOOK, BoundHook
-from ..methods import SUB_ENDPOINTS, UNBODIED, peek_body
+from ..methods import SUB_ENDPOINTS, UNBODIED, model_route, peek_body
 from ..precall import has_pre_call, is_guardrail
 from ..routes import RouteTable, judged_path
 from ..settings import DEFAULT_FORWARD_UNJUDGED, Settings
@@ -82,7 +82,7 @@ class GatewayPaths:
             await self.app(scope, receive, send)
             return
         method: str = scope["method"]
-        path = judged_path(scope, self.model_path)  # as the middleware and the app's router read it: mounts stripped
+        path = self.path_of(scope)
         if method != method.upper():  # what was judged is what goes up: never a `post` sent up as a `POST`
             message = f"the method must be in upper case (HTTP methods are case-sensitive), got {method!r}"
             await error_response(route_of(path), 400, message, "invalid_method")(scope, receive, send)
@@ -107,6 +107,21 @@ class GatewayPaths:
             await self._refuse(method, path, scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def path_of(self, scope: Scope) -> str:
+        """The path a request is judged by, as the middleware and the app's router read it: without a mount's
+        `root_path` (`judged_path`), unless the whole path is a configured route and what is left is not one (nor
+        the spelling of one): `routes` written with the mount's prefix (`/gw/v1/chat/completions`) judge what they
+        name, as in the middleware, rather than a `/v1/chat/completions` they do not list being refused here."""
+        path = judged_path(scope, self.model_path)
+        whole: str = scope["path"]
+        if path != whole and self.configured(whole) and not self.configured(ALIASES.get(path, path)):
+            return whole
+        return path
+
+    def configured(self, path: str) -> bool:
+        """Whether the middleware's configured `routes` judge a path (a route, or a path under one)."""
+        return model_route(path, self.routes.get) is not None
 
     async def _refuse(
         self, method: str, path: str, scope: Scope, receive: Receive, send: Send, bodied: str = ""
