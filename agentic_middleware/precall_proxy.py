@@ -14,6 +14,10 @@ let every request through: so they are called as the proxy calls them, on the re
 - `async_moderation_hook`: given a deep copy, as the proxy runs it beside the model call: a raise refuses, and
   nothing it returns or edits reaches the model.
 
+`async_pre_call_hook` is given a `cache` as the proxy gives its own (`user_api_key_cache`, a `DualCache` every
+request of the process shares): a LiteLLM `DualCache`, one per process, in memory (`proxy_cache`), so that a hook
+that counts or remembers through it (`await cache.async_get_cache(...)`) runs rather than failing every request.
+
 A hook mounted for events whose methods it leaves to LiteLLM's do-nothing defaults would never judge a request
 there either, and one that asks `should_run_guardrail` with `default_on` off judges only requests that name it,
 which here the client writes: both are refused when the middleware is built (`check_guardrail`), not left to pass.
@@ -48,6 +52,27 @@ SERVER_KWARGS = (
 
 # LiteLLM's events on which a guardrail judges the client's request, in the order they run.
 REQUEST_EVENTS = ("pre_call", "during_call")
+
+
+_PROXY_CACHE: list[Any] = []  # the one `proxy_cache`, once made (None where LiteLLM is not installed)
+
+
+def proxy_cache() -> Any:
+    """The `cache` the proxy's `async_pre_call_hook` is given: one `litellm.caching.DualCache` for the process, as
+    LiteLLM's proxy gives every hook its module-wide `user_api_key_cache` (a `DualCache`), shared by every request,
+    caller, hook and middleware of the process; in memory only (each worker its own), holding only what hooks write
+    into it (the proxy's cached keys are not in it). None where LiteLLM cannot be imported: a hook that needs it
+    was written for LiteLLM, which it imports. Made when the middleware is built (`check_guardrail`), so that a
+    first import of LiteLLM is paid at start-up, not by a request."""
+    if not _PROXY_CACHE:
+        try:
+            from litellm.caching.dual_cache import DualCache
+        except ImportError:
+            _PROXY_CACHE.append(None)
+        else:
+            # The proxy's in-memory lifetime for its `user_api_key_cache` (UserAPIKeyCacheTTLEnum): 60 s.
+            _PROXY_CACHE.append(DualCache(default_in_memory_ttl=60))
+    return _PROXY_CACHE[0]
 
 
 def method_for(hook: BoundHook, event: str) -> str | None:
@@ -94,6 +119,8 @@ def check_guardrail(hook: BoundHook, events: list[Any] | None) -> None:
     """Refuse, when the middleware is built, a guardrail asked to judge requests that would judge none here.
 
     `events`: the events it runs on (precall's `_events`; None for every event)."""
+    if hook.methods.get(PRE_CALL_HOOK) is not None:
+        proxy_cache()  # made now, not on a request
     wanted = [event for event in REQUEST_EVENTS if events is None or event in events]
     judging = judging_methods(hook)
     if not wanted or not judging:
@@ -155,13 +182,13 @@ async def pre_call_hook(
     call: Callable[..., Awaitable[Any]],
 ) -> None:
     """The guardrail's `async_pre_call_hook` on the request; what it returns is applied to `kwargs` (in place: the
-    caller reads the request there), or refuses it. `cache` is None: the proxy's `DualCache` is not provided."""
+    caller reads the request there), or refuses it. `cache` is the process's `DualCache` (`proxy_cache`)."""
     result = await called(
         call,
         hook,
         PRE_CALL_HOOK,
         user_api_key_dict=caller_auth(kwargs, logging_obj),
-        cache=None,
+        cache=proxy_cache(),
         data=kwargs,
         call_type=call_type,
     )

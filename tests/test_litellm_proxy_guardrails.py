@@ -344,3 +344,40 @@ async def test_a_clients_guardrail_controls_in_metadata_never_reach_the_guardrai
     given = guard.pre_calls[0]["data"]["metadata"]
     assert "disable_global_guardrails" not in given and "opted_out_global_guardrails" not in given
     assert given["tags"] == ["t"]
+
+
+class Quota(CustomGuardrail):
+    """Two requests per caller, counted in the proxy's `cache` as LiteLLM's rate limiters and quotas count."""
+
+    def __init__(self) -> None:
+        super().__init__(guardrail_name="quota", event_hook="pre_call", default_on=True)
+        self.caches: list[Any] = []
+
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> Any:
+        self.caches.append(cache)
+        key = f"quota:{data.get('user')}"
+        used = await cache.async_get_cache(key=key) or 0
+        if used >= 2:
+            raise HTTPException(status_code=429, detail=f"quota used: {used}")
+        await cache.async_set_cache(key=key, value=used + 1)
+        return data
+
+
+async def test_a_pre_call_hook_is_given_the_processs_dual_cache_as_litellms_proxy_gives_one() -> None:
+    """LiteLLM's proxy gives `async_pre_call_hook` its `DualCache` (`user_api_key_cache`); given None, a hook that
+    reads it failed every request with a 500. One cache for the process: what a hook writes through one middleware
+    is read through another, and callers are kept apart only by the hook's own keys."""
+    from litellm.caching.dual_cache import DualCache
+
+    model = ScriptedModel(*[chat_completion("ok")] * 4)
+    quota = Quota()
+    first, second = (AgenticLoopMiddleware(model, hooks=[quota]) for _ in range(2))
+    said = [{"role": "user", "content": "hi"}]
+    for app in (first, second):
+        await openai_client(app).chat.completions.create(model="m", messages=said, user="ann")
+    with pytest.raises(openai.RateLimitError) as raised:
+        await openai_client(first).chat.completions.create(model="m", messages=said, user="ann")
+    assert "quota used: 2" in str(raised.value)
+    await openai_client(second).chat.completions.create(model="m", messages=said, user="bob")
+    assert len(model.requests) == 3
+    assert isinstance(quota.caches[0], DualCache) and all(cache is quota.caches[0] for cache in quota.caches)
