@@ -170,8 +170,9 @@ class GuardrailView:
         for (holder, key), call, given in pairs:
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
-            if isinstance(arguments, str) and arguments != _arguments(given):  # its edit: no two keys made one
-                merged = merged_keys(arguments)
+            sent = _called_with(call)
+            if isinstance(sent, str) and sent != _called_with(given):  # its edit: no two keys made one
+                merged = merged_keys(sent)
                 if merged is not None:
                     raise merged
             if self.api_surface == "chat_completions":
@@ -200,10 +201,21 @@ class GuardrailView:
 _END = object()
 
 
-def _arguments(call: Any) -> Any:
-    """A tool call's `function.arguments`, in the OpenAI shape a guardrail is given it (`_as_tool_call`), else None."""
-    function = call.get("function") if isinstance(call, dict) else None
-    return function.get("arguments") if isinstance(function, dict) else None
+def _called_with(call: Any) -> Any:
+    """What a tool call, in the OpenAI shape a guardrail is given it (`_as_tool_call`), was called with: its
+    `function.arguments`, or a Chat custom call's `custom.input` (on Responses a `custom_tool_call`'s `input` is
+    given as `function.arguments`); else None.
+
+    A custom tool's input is free text, but text that is JSON may be read as JSON (by the tool that takes it, or an
+    app that maps the call onto a function call), keeping one of two values a mask named alike: so an edit of it
+    merging two keys is refused as for `arguments` (`merged_keys`; text that is not JSON has no keys to merge),
+    on Chat as the same input already was on Responses."""
+    if not isinstance(call, dict):
+        return None
+    function, custom = call.get("function"), call.get("custom")
+    if isinstance(function, dict) and "arguments" in function:
+        return function["arguments"]
+    return custom.get("input") if isinstance(custom, dict) else None
 
 
 def _call_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:

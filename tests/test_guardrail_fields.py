@@ -391,3 +391,54 @@ async def test_a_mask_of_a_tool_calls_arguments_that_merges_nothing_is_written_b
     field = "input" if route == "/v1/responses" else "messages"
     sent = await masked_request(route, body)
     assert sent[field] == masked(body[field])
+
+
+CUSTOM_ROUNDS: dict[str, dict[str, Any]] = {  # a custom tool's call, its input free text (here, JSON)
+    "chat": {
+        "model": "g",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "f", "input": "x"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+    },
+    "responses": responses_body({"type": "custom_tool_call", "call_id": "c1", "name": "f", "input": "x"}),
+}
+
+
+def with_custom_input(where: str, text: str) -> dict[str, Any]:
+    body = copy.deepcopy(CUSTOM_ROUNDS[where])
+    if where == "chat":
+        body["messages"][1]["tool_calls"][0]["custom"]["input"] = text
+    else:
+        body["input"][1]["input"] = text
+    return body
+
+
+@pytest.mark.parametrize("where", list(CUSTOM_ROUNDS))
+@pytest.mark.parametrize("nested", [False, True], ids=["top level", "nested"])
+async def test_a_mask_merging_two_keys_of_a_custom_tool_calls_input_is_refused(where: str, nested: bool) -> None:
+    """A custom tool's input is free text, but one that is JSON may be read as JSON (by its tool, or an app mapping
+    the call onto a function call), one of two values named alike lost: a guardrail's edit of it that names a key
+    twice is refused as for `arguments`, a Chat `custom` call's `input` as a Responses `custom_tool_call`'s (on
+    Chat it went up unchecked)."""
+    text = orjson.dumps({"path": {"to": MERGED}} if nested else MERGED).decode()
+    route = "/v1/chat/completions" if where == "chat" else "/v1/responses"
+    error = await refusal(route, with_custom_input(where, text), Masking("all"))
+    assert error["error"]["message"] == "a guardrail's edit would merge two keys of an object (onto 'masked')"
+
+
+@pytest.mark.parametrize("where", list(CUSTOM_ROUNDS))
+async def test_a_mask_of_a_custom_tool_calls_input_that_merges_nothing_is_written_back(where: str) -> None:
+    route = "/v1/chat/completions" if where == "chat" else "/v1/responses"
+    for text in (f"*** Begin Patch {WORD} {{{WORD}: 1, masked: 2}}", orjson.dumps({WORD: 1, "b": WORD}).decode()):
+        sent = await masked_request(route, with_custom_input(where, text))
+        expected = text.replace(WORD, "masked")
+        if where == "chat":
+            assert sent["messages"][1]["tool_calls"][0]["custom"]["input"] == expected
+        else:
+            assert sent["input"][1]["input"] == expected
