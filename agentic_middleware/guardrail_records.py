@@ -7,11 +7,14 @@ search's references. On `/v1/responses`: a `file_search_call`'s queries and resu
 attributes), a `code_interpreter_call`'s code and logs, shell calls' commands and outputs, a `local_shell_call`'s
 command and environment, `mcp_list_tools`, `mcp_approval_request` / `_response`, computer and patch calls.
 
-Each is walked by `guardrail_walk.strings`: every string but its ids, so a field the API adds later is given too.
+Each is walked by `guardrail_walk.strings`: every string but its ids, so a field the API adds later is given too;
+and every key, at any depth, but the APIs' own names of the records' fields (`RECORD_FIELDS`), so a word a client
+writes only in a key it made up (`{"type": "code_execution_tool_result", ..., "<word>": 1}`) is judged as on a block
+no reader knows, its mask written back as a rename.
 What is left out is what no guardrail can read as words: a code result's `encrypted_stdout` (Anthropic's, which
 only Anthropic decrypts) and a compaction's `encrypted_content` (OpenAI's). An image generation's `result` and a
 computer call's screenshot are left out only where they hold an image (a data URL, or base64 of an image's bytes):
-other strings there are given.
+other strings there are given; of a code interpreter's image output only its `url` is left out.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .guardrail_walk import Slot, image_slots, read_fields, rest_slots, string_slot, strings, unreadable
+from .guardrail_walk import HARMLESS, Slot, image_slots, read_fields, rest_slots, string_slot, strings, unreadable
 
 _NONE: frozenset[str] = frozenset()
 
@@ -53,6 +56,27 @@ RESPONSES_RECORDS: dict[str, frozenset[str]] = {
     "item_reference": _NONE,
 }
 
+# The names the APIs give the fields of these records, at any depth (read from the installed anthropic and openai
+# SDKs' types of them, params and output items): not given, being the API's words. Any other key is one a client
+# made up, and given (`strings(named=...)`). A name missing here is only given needlessly.
+RECORD_FIELDS = HARMLESS.union(
+    (
+        # Messages: MCP calls, code execution, bash and text editor results, tool search
+        *("name", "server_name", "input", "content", "stdout", "stderr", "return_code", "error_code"),
+        *("error_message", "encrypted_stdout", "file_type", "is_file_update", "lines", "num_lines", "start_line"),
+        *("total_lines", "new_lines", "new_start", "old_lines", "old_start", "tool_name", "tool_references"),
+        # Responses: file search, code interpreter, shells, patches, computer use, image generation, MCP
+        *("queries", "results", "attributes", "filename", "score", "text", "code", "outputs", "logs", "url"),
+        *("action", "actions", "command", "commands", "env", "timeout_ms", "user", "working_directory"),
+        *("caller_id", "created_by", "description", "environment", "max_output_length", "path", "skills"),
+        *("output", "outcome", "exit_code", "operation", "diff", "button", "keys", "message", "scroll_x"),
+        *("scroll_y", "x", "y", "pending_safety_checks", "acknowledged_safety_checks", "image_url", "result"),
+        *("background", "categories", "error", "input_tokens", "output_tokens", "reasoning_tokens", "total_tokens"),
+        *("model", "moderation_details", "moderation_stage", "output_format", "param", "quality", "size"),
+        *("revised_prompt", "svg_usage", "tools", "annotations", "input_schema", "server_label", "arguments"),
+        *("approve", "reason", "encrypted_content"),
+    )
+)
 
 # Responses items with a field the API fills with an image: given but for the strings that are images.
 _IMAGES = {"computer_call_output": "output", "image_generation_call": "result"}
@@ -63,7 +87,7 @@ def messages_record_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Sl
     kind = block["type"]
     if skip_tool and kind.endswith("_tool_result"):
         return
-    yield from strings(block, MESSAGES_RECORDS[kind])
+    yield from strings(block, MESSAGES_RECORDS[kind], named=RECORD_FIELDS)
 
 
 def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
@@ -77,19 +101,20 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
         for output in outputs or ():
             if not isinstance(output, dict):
                 raise unreadable(f"a code_interpreter_call output that is {type(output).__name__}")
-            if output.get("type") != "image":
-                yield from strings(output)
+            # an image's `url` is the image (left out); anything else in it is given
+            yield from strings(output, _IMAGE_URL if output.get("type") == "image" else _NONE, named=RECORD_FIELDS)
         if not _CODE_READ.issuperset(item):
             yield from rest_slots(item, _CODE_READ)
         return
     image = _IMAGES.get(kind)
     if image is None:
-        yield from strings(item, RESPONSES_RECORDS[kind])
+        yield from strings(item, RESPONSES_RECORDS[kind], named=RECORD_FIELDS)
         return
-    yield from strings(item, RESPONSES_RECORDS[kind] | {image})
-    yield from image_slots(item, image)
+    yield from strings(item, RESPONSES_RECORDS[kind] | {image}, named=RECORD_FIELDS)
+    yield from image_slots(item, image, RECORD_FIELDS)
 
 
+_IMAGE_URL = frozenset(("url",))
 _MCP_CALL_READ = read_fields("name", "arguments", "output", "error")
 _CODE_READ = read_fields("code", "outputs")
 
@@ -103,6 +128,6 @@ def mcp_call_slots(item: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
         if isinstance(error, str):
             yield item, "error"
         elif error is not None:
-            yield from strings(error)
+            yield from strings(error, named=RECORD_FIELDS)
     if not _MCP_CALL_READ.issuperset(item):
         yield from rest_slots(item, _MCP_CALL_READ)

@@ -220,9 +220,17 @@ class _Merged(Exception):
     """A key found twice in one object, raised out of the parser (`merged_keys`)."""
 
 
-def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0, own: bool = True) -> Iterator[Slot]:
+def strings(
+    value: Any,
+    skipped: frozenset[str] = frozenset(),
+    depth: int = 0,
+    own: bool = True,
+    named: frozenset[str] | None = None,
+) -> Iterator[Slot]:
     """Every string value in a known record (its ids and the `skipped` fields left out), its free-form JSON fields
-    given whole, keys and all.
+    given whole, keys and all; and, with `named` (the API's names of the record's fields, `RECORD_FIELDS`), every
+    other key at any depth, a key's slot after its value's: a name a client made up, which a lenient app may show
+    the model as it shows the record.
 
     Ids, types, roles and the `skipped` fields are left out at the record's own level only (`own`: the record, or
     each record of a list of them): the API fixes them there. Deeper, where the API puts no such field, a
@@ -234,10 +242,11 @@ def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0, o
             if isinstance(inner, str):
                 yield value, index
             else:
-                yield from strings(inner, skipped, depth + 1, own)
+                yield from strings(inner, skipped, depth + 1, own, named)
         return
     if not isinstance(value, dict):
         return
+    keys: KeyOf | None = None
     for key, inner in list(value.items()):
         if own and (key in HARMLESS or key in skipped):
             continue
@@ -246,7 +255,10 @@ def strings(value: Any, skipped: frozenset[str] = frozenset(), depth: int = 0, o
         elif key in FREE_FORM:
             yield from every_string(inner, depth + 1)
         else:
-            yield from strings(inner, skipped, depth + 1, False)
+            yield from strings(inner, skipped, depth + 1, False, named)
+        if named is not None and key not in named:
+            keys = keys or KeyOf(value)  # one for the object: its renames are made at once (`rename_keys`)
+            yield keys, key
 
 
 def read_fields(*names: str) -> frozenset[str]:
@@ -290,16 +302,17 @@ def is_image(text: str) -> bool:
     return head.startswith((b"\x89PNG", b"\xff\xd8\xff", b"GIF8")) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
 
-def image_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
+def image_slots(holder: dict[str, Any], key: str, named: frozenset[str] | None = None) -> Iterator[Slot]:
     """A field the API fills with an image (a base64 string, or an object holding one): its strings that are not
-    images (`is_image`) are given, so that words written where an image belongs are judged."""
+    images (`is_image`) are given, so that words written where an image belongs are judged; with `named`, the
+    other keys of such an object too (`strings`)."""
     value = holder.get(key)
     if isinstance(value, str):
         if not is_image(value):
             yield holder, key
         return
-    for slot in strings(value, depth=1):
-        if not is_image(slot[0][slot[1]]):
+    for slot in strings(value, depth=1, named=named):
+        if isinstance(slot[0], KeyOf) or not is_image(slot[0][slot[1]]):
             yield slot
 
 
