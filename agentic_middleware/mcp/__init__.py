@@ -8,8 +8,8 @@ MCP tools run on every route, concurrently, under the per-call timeout, with err
 One session per server serves every request: opened when the gateway starts, reopened with backoff when it drops,
 and its tool list fetched again when the server says it changed.
 
-tools.py is the hook (its options, the tools as declared, forwarded headers), session.py the session to the
-server, results.py what an MCP result becomes for the model.
+tools.py is the hook (its options, the tools as declared, forwarded headers), connection.py the session to the
+server kept open, session.py the calls on it, results.py what an MCP result becomes for the model.
 """
 
 try:  # the SDK and what it brings, checked first: a missing one names the extra, not itself

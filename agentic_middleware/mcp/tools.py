@@ -1,7 +1,7 @@
 """`MCPTools`: an MCP server's tools declared to the model, its calls run over the server's one session.
 
-Its options, the tool list as the model sees it, and the headers forwarded with each call are here; the session
-(connecting, reconnecting, calling) is session.py's, and what a result becomes is results.py's.
+Its options, the tool list as the model sees it, and the headers forwarded with each call are here; the session is
+connection.py's (connecting, reconnecting) and session.py's (calling), and what a result becomes is results.py's.
 """
 
 from __future__ import annotations
