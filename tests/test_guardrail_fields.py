@@ -125,26 +125,22 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-@pytest.mark.parametrize("where", list(CASES))
-async def test_a_blocked_word_in_a_field_no_reader_names_is_refused(where: str) -> None:
-    route, body = CASES[where]
-    error = (await refusal(route, body))["error"]
-    assert error["message"] == f"blocked: {WORD}"
-
-
-@pytest.mark.parametrize("where", list(CASES))
-async def test_a_mask_in_a_field_no_reader_names_is_written_where_the_word_was(where: str) -> None:
-    route, body = CASES[where]
-    field = "input" if route == "/v1/responses" else "messages"
-    assert (await masked_request(route, body))[field] == masked(body[field])
-
-
 class Given(Recording):
     """Records the texts it is given and lets the request through."""
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         self.record(inputs)
         return inputs
+
+
+async def given_texts(route: str, body: dict[str, Any]) -> list[str]:
+    """The texts a guardrail is given of `body` on `route`, after asserting the request went through."""
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=response("ok") if route == "/v1/responses" else message("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post(route, json=body)
+    assert got.status_code == 200, got.text
+    return guard.texts
 
 
 async def test_ids_types_and_cache_settings_of_known_parts_are_not_given_as_texts() -> None:
@@ -194,13 +190,8 @@ async def test_ids_types_and_cache_settings_of_known_parts_are_not_given_as_text
         },
     }
     for route, body in bodies.items():
-        guard = Given("given", "pre_call")
-        model = ScriptedModel(default=response("ok") if route == "/v1/responses" else message("ok"))
-        async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
-            got = await http.post(route, json=body)
-        assert got.status_code == 200, got.text
         expected = ["be brief", "one", "two", "three"] if route == "/v1/messages" else ["one", "two", "three"]
-        assert guard.texts == expected, route
+        assert await given_texts(route, body) == expected, route
 
 
 @pytest.mark.parametrize(
@@ -279,20 +270,28 @@ KEY_CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-@pytest.mark.parametrize("where", list(KEY_CASES))
-async def test_a_blocked_word_only_in_the_name_of_a_field_no_reader_names_is_refused(where: str) -> None:
-    route, body = KEY_CASES[where]
+ALL_CASES = CASES | KEY_CASES
+assert len(ALL_CASES) == len(CASES) + len(KEY_CASES)  # no case of one table hides one of the other
+
+
+def turns(route: str) -> str:
+    """The field of a route's body that holds its messages."""
+    return "input" if route == "/v1/responses" else "messages"
+
+
+@pytest.mark.parametrize("where", list(ALL_CASES))
+async def test_a_blocked_word_in_a_field_no_reader_names_or_its_name_is_refused(where: str) -> None:
+    route, body = ALL_CASES[where]
     error = (await refusal(route, body))["error"]
     assert error["message"] == f"blocked: {WORD}"
 
 
-@pytest.mark.parametrize("where", list(KEY_CASES))
-async def test_a_mask_of_the_name_of_a_field_no_reader_names_renames_it_in_place(where: str) -> None:
-    route, body = KEY_CASES[where]
-    field = "input" if route == "/v1/responses" else "messages"
+@pytest.mark.parametrize("where", list(ALL_CASES))
+async def test_a_mask_in_a_field_no_reader_names_or_its_name_is_written_where_the_word_was(where: str) -> None:
+    route, body = ALL_CASES[where]
     sent = await masked_request(route, body)
-    assert sent[field] == masked(body[field])
-    assert orjson.dumps(sent[field]) == orjson.dumps(masked(body[field]))  # the key renamed where it stood
+    assert sent[turns(route)] == masked(body[turns(route)])
+    assert orjson.dumps(sent[turns(route)]) == orjson.dumps(masked(body[turns(route)]))  # in place: keys in order
 
 
 async def test_the_apis_own_names_of_fields_no_reader_names_are_not_given() -> None:
@@ -323,12 +322,7 @@ async def test_the_apis_own_names_of_fields_no_reader_names_are_not_given() -> N
         "/v1/messages": ["two", "three", "four", "meta"],
     }
     for route, body in bodies.items():
-        guard = Given("given", "pre_call")
-        model = ScriptedModel(default=response("ok") if route == "/v1/responses" else message("ok"))
-        async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
-            got = await http.post(route, json=body)
-        assert got.status_code == 200, got.text
-        assert guard.texts == expected[route], route
+        assert await given_texts(route, body) == expected[route], route
 
 
 MERGED = {WORD: "first", "masked": "second"}  # masked, both keys are "masked"
@@ -358,19 +352,24 @@ CALL_ROUNDS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.mark.parametrize("route", list(CALL_ROUNDS))
-@pytest.mark.parametrize("nested", [False, True], ids=["top level", "nested"])
-async def test_a_mask_that_would_merge_two_keys_of_a_tool_calls_arguments_is_refused(route: str, nested: bool) -> None:
-    """Read back, the two keys would be one (a Messages `tool_use.input` keeping one value, a Chat or Responses
-    `arguments` string naming the key twice, which the app's parser reads as one): refused in the route's shape."""
+def with_arguments(route: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The round of `route` with `arguments` as its tool call's (a Chat or Responses `arguments` string)."""
     body = copy.deepcopy(CALL_ROUNDS[route])
-    arguments = {"path": {"to": MERGED}} if nested else MERGED
     if route == "/v1/messages":
         body["messages"][1]["content"][0]["input"] = arguments
     elif route == "/v1/chat/completions":
         body["messages"][1]["tool_calls"][0]["function"]["arguments"] = orjson.dumps(arguments).decode()
     else:
         body["input"][1]["arguments"] = orjson.dumps(arguments).decode()
+    return body
+
+
+@pytest.mark.parametrize("route", list(CALL_ROUNDS))
+@pytest.mark.parametrize("nested", [False, True], ids=["top level", "nested"])
+async def test_a_mask_that_would_merge_two_keys_of_a_tool_calls_arguments_is_refused(route: str, nested: bool) -> None:
+    """Read back, the two keys would be one (a Messages `tool_use.input` keeping one value, a Chat or Responses
+    `arguments` string naming the key twice, which the app's parser reads as one): refused in the route's shape."""
+    body = with_arguments(route, {"path": {"to": MERGED}} if nested else MERGED)
     error = await refusal(route, body, Masking("all"))
     message_ = error["error"]["message"]
     assert message_ == "a guardrail's edit would merge two keys of an object (onto 'masked')"
@@ -380,14 +379,7 @@ async def test_a_mask_that_would_merge_two_keys_of_a_tool_calls_arguments_is_ref
 
 @pytest.mark.parametrize("route", list(CALL_ROUNDS))
 async def test_a_mask_of_a_tool_calls_arguments_that_merges_nothing_is_written_back(route: str) -> None:
-    body = copy.deepcopy(CALL_ROUNDS[route])
-    arguments = {WORD: "first", "other": f"a {WORD}"}
-    if route == "/v1/messages":
-        body["messages"][1]["content"][0]["input"] = arguments
-    elif route == "/v1/chat/completions":
-        body["messages"][1]["tool_calls"][0]["function"]["arguments"] = orjson.dumps(arguments).decode()
-    else:
-        body["input"][1]["arguments"] = orjson.dumps(arguments).decode()
+    body = with_arguments(route, {WORD: "first", "other": f"a {WORD}"})
     field = "input" if route == "/v1/responses" else "messages"
     sent = await masked_request(route, body)
     assert sent[field] == masked(body[field])
