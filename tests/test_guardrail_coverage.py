@@ -119,19 +119,6 @@ def messages_body(blocks: list[Any]) -> dict[str, Any]:
     return {"model": "c", "max_tokens": 9, "messages": turns}
 
 
-@pytest.mark.parametrize("where", list(MESSAGES_CASES))
-async def test_messages_a_blocked_word_in_any_record_or_unknown_block_is_refused(where: str) -> None:
-    error = await refusal("/v1/messages", messages_body(MESSAGES_CASES[where]))
-    assert error == {"type": "error", "error": {"type": "invalid_request_error", "message": f"blocked: {WORD}"}}
-
-
-@pytest.mark.parametrize("where", list(MESSAGES_CASES))
-async def test_messages_a_mask_is_written_back_into_the_very_field(where: str) -> None:
-    body = messages_body(MESSAGES_CASES[where])
-    sent = await masked_request("/v1/messages", body)
-    assert sent["messages"] == masked(body["messages"])  # that field masked, every other one as the client sent it
-
-
 @pytest.mark.parametrize(
     "body",
     [
@@ -260,16 +247,30 @@ def responses_body(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("where", list(RESPONSES_CASES))
-async def test_responses_a_blocked_word_in_any_record_or_unknown_item_is_refused(where: str) -> None:
-    error = await refusal("/v1/responses", responses_body(RESPONSES_CASES[where]))
+# Both tables as (route, body): one block test and one mask test serve every case.
+RECORDS = {f"messages: {where}": ("/v1/messages", messages_body(blocks)) for where, blocks in MESSAGES_CASES.items()}
+RECORDS |= {f"responses: {where}": ("/v1/responses", responses_body(item)) for where, item in RESPONSES_CASES.items()}
+
+
+def turns(route: str) -> str:
+    """The field of a route's body that holds its messages."""
+    return "input" if route == "/v1/responses" else "messages"
+
+
+@pytest.mark.parametrize("where", list(RECORDS))
+async def test_a_blocked_word_in_any_record_or_unknown_block_or_item_is_refused(where: str) -> None:
+    route, body = RECORDS[where]
+    error = await refusal(route, body)
     assert error["error"]["message"] == f"blocked: {WORD}"
+    if route == "/v1/messages":
+        assert error == {"type": "error", "error": {"type": "invalid_request_error", "message": f"blocked: {WORD}"}}
 
 
-@pytest.mark.parametrize("where", list(RESPONSES_CASES))
-async def test_responses_a_mask_is_written_back_into_the_very_field(where: str) -> None:
-    body = responses_body(RESPONSES_CASES[where])
-    assert (await masked_request("/v1/responses", body))["input"] == masked(body["input"])
+@pytest.mark.parametrize("where", list(RECORDS))
+async def test_a_mask_is_written_back_into_the_very_field(where: str) -> None:
+    route, body = RECORDS[where]
+    sent = await masked_request(route, body)
+    assert sent[turns(route)] == masked(body[turns(route)])  # that field masked, every other as the client sent it
 
 
 async def test_a_document_with_its_citations_setting_is_judged_not_refused_as_unreadable() -> None:

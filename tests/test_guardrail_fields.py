@@ -22,7 +22,7 @@ import orjson
 import pytest
 from conftest import http_client
 from guardrail_kit import SAID, WORD, Masking, Recording, WordBlock, masked
-from test_guardrail_coverage import masked_request, messages_body, refusal, responses_body
+from test_guardrail_coverage import masked_request, messages_body, refusal, responses_body, turns
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, message, response
@@ -272,11 +272,6 @@ KEY_CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 ALL_CASES = CASES | KEY_CASES
 assert len(ALL_CASES) == len(CASES) + len(KEY_CASES)  # no case of one table hides one of the other
-
-
-def turns(route: str) -> str:
-    """The field of a route's body that holds its messages."""
-    return "input" if route == "/v1/responses" else "messages"
 
 
 @pytest.mark.parametrize("where", list(ALL_CASES))
