@@ -1,8 +1,9 @@
 """The LiteLLM guardrails the guardrail tests mount: one blocking WORD, one masking it, each a real `CustomGuardrail`.
 
 Several test files judge requests with the same two guardrails; they differ only in how much of a tool call they
-read and in what they record, so those are options here rather than a copy of the class in each file. Importing
-this module skips the importing test file when LiteLLM is not installed.
+read and in what they record, so those are options here rather than a copy of the class in each file. A test's own
+guardrail starts from `Guard`, which mounts it the usual way. Importing this module skips the importing test file
+when LiteLLM is not installed.
 """
 
 from __future__ import annotations
@@ -42,11 +43,21 @@ def masked(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value).replace(WORD.encode(), b"masked"))
 
 
-class Recording(CustomGuardrail):
+class Guard(CustomGuardrail):
+    """A guardrail as the tests mount one: on for every request (`default_on`), on `pre_call` unless told, named
+    after its class unless told; a test's guardrail then says only what it does (its `apply_guardrail`)."""
+
+    def __init__(self, name: str | None = None, event_hook: Any = "pre_call", **options: Any) -> None:
+        super().__init__(
+            guardrail_name=name or type(self).__name__, event_hook=event_hook, **{"default_on": True, **options}
+        )
+
+
+class Recording(Guard):
     """Keeps what each call was given: its texts (copied), tool calls and images, in call order."""
 
     def __init__(self, name: str, event_hook: str) -> None:
-        super().__init__(guardrail_name=name, event_hook=event_hook, default_on=True)
+        super().__init__(name, event_hook)
         self.calls: list[list[str]] = []
         self.tool_calls: list[Any] = []
         self.images: list[Any] = []

@@ -5,21 +5,16 @@ edits in place and returns, a client's tool it cannot be given. Each guardrail i
 from __future__ import annotations
 
 import copy
-import os
 import threading
 from typing import Any
 
 import pytest
 from conftest import http_client
+from guardrail_kit import Guard
+from litellm.types.guardrails import Mode
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-pytest.importorskip("litellm")
-
-from litellm.integrations.custom_guardrail import CustomGuardrail
-from litellm.types.guardrails import Mode
 
 REQUESTS = {
     "/v1/messages": ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "secret"}]}, message),
@@ -28,22 +23,19 @@ REQUESTS = {
 }
 
 
-class KeepsContext(CustomGuardrail):
+class KeepsContext(Guard):
     """A pre_call guardrail keeping per-request context in `request_data`, as proxy guardrails do: a lock."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="context", event_hook="pre_call", default_on=True)
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         request_data["guard_context"] = {"lock": threading.Lock(), "seen": 1}
         return inputs
 
 
-class Masking(CustomGuardrail):
+class Masking(Guard):
     """Masks every text, in place of what it was given and in its result; records the context it was given."""
 
     def __init__(self, event_hook: Any) -> None:
-        super().__init__(guardrail_name="mask", event_hook=event_hook, default_on=True)
+        super().__init__("mask", event_hook)
         self.contexts: list[Any] = []
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
@@ -95,12 +87,9 @@ async def test_a_tag_based_mode_is_read_as_litellm_reads_it_for_a_request_of_no_
     assert sent_text(model.requests[0].body) == ("MASKED" if applied else "secret")
 
 
-class AppendsAndReturns(CustomGuardrail):
+class AppendsAndReturns(Guard):
     """Appends a tool to the request's own `tools` in place, as LiteLLM's guardrails edit `request_data`, and
     returns the tools it was given plus one of its own."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="tools", event_hook="pre_call", default_on=True)
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         request_data["tools"].append({"name": "in_place", "input_schema": {"type": "object"}})

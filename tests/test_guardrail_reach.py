@@ -16,7 +16,7 @@ import orjson
 import pytest
 from conftest import anthropic_client, http_client, openai_client
 from fastapi import HTTPException
-from guardrail_kit import SAID, WORD, CustomGuardrail, Masking, WordBlock
+from guardrail_kit import SAID, WORD, Guard, Masking, WordBlock
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
@@ -212,11 +212,11 @@ async def test_images_come_to_the_guardrail_as_litellms_proxy_gives_them() -> No
     ]
 
 
-class InPlace(CustomGuardrail):
+class InPlace(Guard):
     """Masks WORD by editing the lists it is given in place; returns them, or only a dict of its texts."""
 
     def __init__(self, returns: str) -> None:
-        super().__init__(guardrail_name="in-place", event_hook="pre_call", default_on=True)
+        super().__init__("in-place")
         self.returns = returns
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
@@ -278,11 +278,11 @@ def touched(value: Any) -> None:
             touched(item)
 
 
-class DuringCallInPlace(CustomGuardrail):
+class DuringCallInPlace(Guard):
     """A `during_call` guardrail that edits, in place, every object of the request it is given, however deep."""
 
     def __init__(self) -> None:
-        super().__init__(guardrail_name="during-in-place", event_hook="during_call", default_on=True)
+        super().__init__("during-in-place", "during_call")
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         touched([value for name, value in request_data.items() if name != "litellm_logging_obj"])

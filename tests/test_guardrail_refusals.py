@@ -4,26 +4,21 @@ failure of the server (a client sending blocked words must not fill the error lo
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import openai
 import pytest
 from conftest import openai_client
 from fastapi import HTTPException
+from guardrail_kit import Guard
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel, chat_completion
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-pytest.importorskip("litellm")
 
-from litellm.integrations.custom_guardrail import CustomGuardrail
-
-
-class Refuses(CustomGuardrail):
+class Refuses(Guard):
     def __init__(self, status: int) -> None:
-        super().__init__(guardrail_name="refuses", event_hook="pre_call", default_on=True)
+        super().__init__("refuses")
         self.status = status
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]

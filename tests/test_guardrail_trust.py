@@ -9,7 +9,6 @@ cannot judge (a body over `max_body_bytes`, a body that is not a JSON object, a 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,8 @@ import openai
 import pytest
 from conftest import anthropic_client, http_client, openai_client
 from fastapi import HTTPException
+from guardrail_kit import Guard
+from litellm.exceptions import BlockedPiiEntityError, GuardrailRaisedException
 from streams import event_stream
 from support import ToolHook
 
@@ -26,20 +27,16 @@ from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.sse import chat_chunks, messages_events
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, response
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-litellm = pytest.importorskip("litellm")
-
-from litellm.exceptions import BlockedPiiEntityError, GuardrailRaisedException  # noqa: E402
-from litellm.integrations.custom_guardrail import CustomGuardrail  # noqa: E402
+litellm = pytest.importorskip("litellm")  # imported by guardrail_kit, which set it up to skip the price list
 
 WORD = "pineapple"
 
 
-class WordBlock(CustomGuardrail):
+class WordBlock(Guard):
     """Blocks any request with WORD in a text it is given, the LiteLLM way; records what it was given."""
 
     def __init__(self, raise_: Callable[[], BaseException] | None = None, **options: Any) -> None:
-        super().__init__(guardrail_name="word-block", event_hook="pre_call", default_on=True, **options)
+        super().__init__("word-block", **options)
         self.raise_ = raise_ or (lambda: HTTPException(status_code=400, detail=f"blocked: {WORD} is not allowed"))
         self.given: list[list[str]] = []
         self.structured: list[list[Any]] = []
@@ -52,11 +49,8 @@ class WordBlock(CustomGuardrail):
         return inputs
 
 
-class Masking(CustomGuardrail):
+class Masking(Guard):
     """Rewrites WORD in every text it is given, returning the texts (LiteLLM writes each back where it was)."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="mask", event_hook="pre_call", default_on=True)
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         return {**inputs, "texts": [text.replace(WORD, "[masked]") for text in inputs["texts"]]}
@@ -275,11 +269,8 @@ async def test_masked_texts_are_written_where_they_came_from_system_and_tool_res
     assert responses["instructions"] == "the [masked] is here"
 
 
-class SystemRewrite(CustomGuardrail):
+class SystemRewrite(Guard):
     """Edits the structured messages: the system entry it is given is replaced."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="system-rewrite", event_hook="pre_call", default_on=True)
 
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         messages = [

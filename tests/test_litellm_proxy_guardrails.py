@@ -18,7 +18,7 @@ import openai
 import pytest
 from conftest import anthropic_client, openai_client
 from fastapi import HTTPException
-from guardrail_kit import SAID, WORD, Recording, body_for
+from guardrail_kit import SAID, WORD, Guard, Recording, body_for
 from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.proxy.guardrails.guardrail_hooks.generic_guardrail_api.generic_guardrail_api import (
     GenericGuardrailAPI,
@@ -44,11 +44,11 @@ def answer(path: str) -> Any:
     return response("ok") if "responses" in path else chat_completion("ok")
 
 
-class ProxyStyle(CustomGuardrail):
+class ProxyStyle(Guard):
     """A guardrail written as LiteLLM documents one: it judges in the proxy's hooks, with no `apply_guardrail`."""
 
     def __init__(self, event_hook: str, answer: str = "raise", **options: Any) -> None:
-        super().__init__(guardrail_name="proxy-style", event_hook=event_hook, **{"default_on": True, **options})
+        super().__init__("proxy-style", event_hook, **options)
         self.answer = answer
         self.pre_calls: list[dict[str, Any]] = []
         self.moderations: list[dict[str, Any]] = []
