@@ -15,24 +15,16 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from conftest import http_scope
 from guardrail_kit import SAID, WORD, WordBlock, body_for
 from starlette.responses import JSONResponse
-from support import ToolHook
+from support import ToolHook, client_receive, read_body
+from test_gateway_routes import answer
 
 from agentic_middleware import AgenticLoopMiddleware, Settings
 from agentic_middleware.gateway import Upstream, create_app, serving
 from agentic_middleware.gateway.app import model_app
-from agentic_middleware.testing import RecordedRequest, ScriptedModel, chat_completion, message, response
-
-
-def answer(request: RecordedRequest) -> dict[str, Any]:
-    if "messages" in request.path:
-        return message("ok")
-    if "responses" in request.path:
-        return response("ok")
-    if "completions" in request.path:
-        return chat_completion("ok")
-    return {"object": "list", "data": []}
+from agentic_middleware.testing import ScriptedModel, chat_completion, message
 
 
 async def raw_request(
@@ -109,13 +101,7 @@ class CatchAll:
         async def anything(scope: Any, receive: Any, send: Any) -> None:
             if scope["type"] != "http":
                 return
-            body = b""
-            while True:
-                event = await receive()
-                body += event.get("body", b"")
-                if not event.get("more_body"):
-                    break
-            self.got.append((scope["method"], scope["path"], body))
+            self.got.append((scope["method"], scope["path"], await read_body(receive)))
             reply = JSONResponse(message("ok") if "messages" in scope["path"] else chat_completion("ok"))
             await reply(scope, receive, send)
 
@@ -124,35 +110,12 @@ class CatchAll:
 
 async def asgi_call(app: Any, method: str, path: str, body: bytes = b"") -> tuple[int, dict[bytes, bytes], Any]:
     """One request given to an ASGI app as a raw scope, the method as a server hands it on."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
     sent: list[dict[str, Any]] = []
-    given = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await app(scope, receive, send)
+    await app({**http_scope(path, body), "method": method}, client_receive(body), send)
     start = sent[0]
     payload = b"".join(message.get("body", b"") for message in sent[1:])
     return start["status"], dict(start["headers"]), orjson.loads(payload) if payload else None
