@@ -1,8 +1,8 @@
 """Guardrails that judge in LiteLLM's proxy hooks rather than in `apply_guardrail`.
 
 LiteLLM's proxy runs a guardrail one of two ways. One that defines `apply_guardrail` (and does not set
-`use_native_lifecycle_hooks`) goes through its unified path, which gives it the request's texts (precall.py's
-`_guardrail`). Any other, LiteLLM's Lakera v2, Aporia, Pangea, Lasso, Aim, Pillar and most hand-written ones among
+`use_native_lifecycle_hooks`) goes through its unified path, which gives it the request's texts (precall_guardrail.py).
+Any other, LiteLLM's Lakera v2, Aporia, Pangea, Lasso, Aim, Pillar and most hand-written ones among
 them, is called by its own hooks: `async_pre_call_hook(user_api_key_dict, cache, data, call_type)` for
 `pre_call`, `async_moderation_hook(data, user_api_key_dict, call_type)` for `during_call` (so too a guardrail
 with `apply_guardrail` that sets `use_native_during_call_hook`). Left uncalled, such a guardrail mounted here would
