@@ -16,8 +16,7 @@ import httpx
 import pytest
 from conftest import openai_client
 from fastapi import HTTPException
-from guardrail_kit import WORD, body_for
-from litellm.integrations.custom_guardrail import CustomGuardrail
+from guardrail_kit import WORD, Guard, body_for
 from litellm.integrations.custom_logger import CustomLogger
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
@@ -26,11 +25,8 @@ from agentic_middleware.testing import ScriptedModel, chat_completion, message, 
 PII = "alice@example.com"
 
 
-class Masker(CustomGuardrail):
+class Masker(Guard):
     """A `pre_call` PII masker, as LiteLLM's docs write one."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="mask", event_hook="pre_call", default_on=True)
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> Any:
         for item in data["messages"]:
@@ -39,11 +35,11 @@ class Masker(CustomGuardrail):
         return data
 
 
-class Moderator(CustomGuardrail):
+class Moderator(Guard):
     """A `during_call` moderator that sends what it judges to another party (recorded here)."""
 
     def __init__(self) -> None:
-        super().__init__(guardrail_name="moderate", event_hook="during_call", default_on=True)
+        super().__init__("moderate", "during_call")
         self.seen: list[dict[str, Any]] = []
 
     async def async_moderation_hook(self, data: dict, user_api_key_dict: Any, call_type: Any) -> None:
@@ -109,21 +105,18 @@ async def test_a_plain_loggers_request_hooks_run_once_per_client_request() -> No
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool"]  # one POLICY, at the start
 
 
-class Partial(CustomGuardrail):
+class Partial(Guard):
     """Returns the request's fields alone, as many hand-written guardrails build their answer."""
-
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="partial", event_hook="pre_call", default_on=True)
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> Any:
         return {"model": data["model"], "messages": data["messages"]}
 
 
-class Seen(CustomGuardrail):
+class Seen(Guard):
     """Records what each `pre_call` step after it is given, and each round's kwargs."""
 
     def __init__(self) -> None:
-        super().__init__(guardrail_name="seen", event_hook="pre_call", default_on=True)
+        super().__init__("seen")
         self.data: list[dict[str, Any]] = []
         self.rounds: list[dict[str, Any]] = []
 
@@ -159,9 +152,9 @@ async def test_a_partial_dict_returned_keeps_the_servers_keys() -> None:
     assert seen.rounds and seen.rounds[0]["user_api_key_hash"] == "hash-of-alice"
 
 
-class Headers(CustomGuardrail):
+class Headers(Guard):
     def __init__(self, event_hook: str = "pre_call") -> None:
-        super().__init__(guardrail_name="headers", event_hook=event_hook, default_on=True)
+        super().__init__("headers", event_hook)
         self.data: list[dict[str, Any]] = []
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> Any:
@@ -205,24 +198,23 @@ async def test_no_credential_header_reaches_a_guardrail_in_any_spelling(event: s
 async def test_the_logging_objs_stream_is_the_clients_flag(path: str, stream: bool) -> None:
     seen: list[Any] = []
 
-    class Logged(CustomGuardrail):
+    class Logged(Guard):
         async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> Any:
             seen.append(data["litellm_logging_obj"])
 
     answer = message("ok") if "messages" in path else response("ok") if "responses" in path else chat_completion("ok")
-    guard = Logged(guardrail_name="logged", event_hook="pre_call", default_on=True)
-    app = AgenticLoopMiddleware(ScriptedModel(answer), hooks=[guard])
+    app = AgenticLoopMiddleware(ScriptedModel(answer), hooks=[Logged()])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g") as client:
         sent = await client.post(path, json={**body_for(path), "stream": stream})
     assert sent.status_code == 200, sent.text
     assert seen[0].stream is stream
 
 
-class Forger(CustomGuardrail):
+class Forger(Guard):
     """A `during_call` hook that writes into the headers it can reach through the shared `logging_obj`."""
 
     def __init__(self) -> None:
-        super().__init__(guardrail_name="forger", event_hook="during_call", default_on=True)
+        super().__init__("forger", "during_call")
 
     async def async_moderation_hook(self, data: dict, user_api_key_dict: Any, call_type: Any) -> None:
         details = data["litellm_logging_obj"].model_call_details
@@ -249,14 +241,13 @@ async def test_what_a_during_call_hook_writes_through_the_logging_obj_reaches_no
 async def test_a_real_guardrail_still_judges_each_rerun() -> None:
     """The plain logger's single call (above) is not the guardrails': a refusal on a rerun still refuses."""
 
-    class Refuser(CustomGuardrail):
+    class Refuser(Guard):
         async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> Any:
             if PII in str(data.get("messages")):
                 raise HTTPException(status_code=400, detail=f"refused {WORD}")
 
     model = ScriptedModel(chat_completion(tool_calls=[tool_call("lookup", {"term": "x"})]), chat_completion("done"))
-    guard = Refuser(guardrail_name="refuser", event_hook="pre_call", default_on=True)
-    app = AgenticLoopMiddleware(model, hooks=[guard, ServerTools([lookup])])
+    app = AgenticLoopMiddleware(model, hooks=[Refuser(), ServerTools([lookup])])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://g") as client:
         sent = await client.post("/v1/chat/completions", json=body_for("/v1/chat/completions", "hi"))
     assert sent.status_code == 400 and len(model.requests) == 1

@@ -4,12 +4,12 @@ the hooks do not see passes through as it came."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import orjson
 import pytest
 from conftest import http_client
+from guardrail_kit import Guard
 
 from agentic_middleware import (
     AgenticLoopMiddleware,
@@ -22,11 +22,6 @@ from agentic_middleware import (
 )
 from agentic_middleware.testing import ScriptedModel, chat_completion, message, response, tool_use
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-pytest.importorskip("litellm")
-
-from litellm.integrations.custom_guardrail import CustomGuardrail
-
 MAX_DEPTH = 254  # docs/errors.md: the deepest body the hooks take part in
 
 
@@ -36,10 +31,7 @@ async def lookup(key: str) -> str:
     return key
 
 
-class Passing(CustomGuardrail):
-    def __init__(self) -> None:
-        super().__init__(guardrail_name="passing", event_hook="pre_call", default_on=True)
-
+class Passing(Guard):
     async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
         return inputs
 

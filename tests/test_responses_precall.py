@@ -3,20 +3,15 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import openai
 import pytest
 from conftest import openai_client
+from guardrail_kit import Guard
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
 from agentic_middleware.testing import ScriptedModel, response
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
-pytest.importorskip("litellm")
-
-from litellm.integrations.custom_guardrail import CustomGuardrail
 
 
 @server_tool
@@ -25,11 +20,11 @@ async def lookup(key: str) -> str:
     return f"value of {key}"
 
 
-class Masking(CustomGuardrail):
+class Masking(Guard):
     """Refuses a request naming "forbidden", and masks digits in every text it is given."""
 
     def __init__(self) -> None:
-        super().__init__(guardrail_name="masking", event_hook="pre_call", default_on=True)
+        super().__init__("masking")
         self.seen: list[list[str]] = []
 
     async def apply_guardrail(self, inputs: Any, request_data: Any, input_type: Any, logging_obj: Any = None) -> Any:
