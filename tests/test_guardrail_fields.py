@@ -375,9 +375,8 @@ async def test_a_mask_that_would_merge_two_keys_of_a_tool_calls_arguments_is_ref
 @pytest.mark.parametrize("route", list(CALL_ROUNDS))
 async def test_a_mask_of_a_tool_calls_arguments_that_merges_nothing_is_written_back(route: str) -> None:
     body = with_arguments(route, {WORD: "first", "other": f"a {WORD}"})
-    field = "input" if route == "/v1/responses" else "messages"
     sent = await masked_request(route, body)
-    assert sent[field] == masked(body[field])
+    assert sent[turns(route)] == masked(body[turns(route)])
 
 
 CUSTOM_ROUNDS: dict[str, dict[str, Any]] = {  # a custom tool's call, its input free text (here, JSON)

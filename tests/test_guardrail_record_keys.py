@@ -14,14 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
-from conftest import http_client
 from guardrail_kit import WORD, masked
-from test_guardrail_coverage import CODE, masked_request, messages_body, refusal, responses_body, result
-from test_guardrail_fields import Given
-
-from agentic_middleware import AgenticLoopMiddleware
-from agentic_middleware.testing import ScriptedModel, message, response
+from test_guardrail_coverage import CODE, masked_request, messages_body, refusal, responses_body, result, turns
+from test_guardrail_fields import given_texts
 
 MCP_USE = {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "read", "server_name": "s", "input": {}}
 FILE_SEARCH = {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["q"]}
@@ -77,9 +74,9 @@ async def test_a_blocked_word_only_in_a_made_up_key_of_a_record_is_refused(where
 @pytest.mark.parametrize("where", list(CASES))
 async def test_a_mask_of_a_made_up_key_of_a_record_renames_it_in_place(where: str) -> None:
     route, body = CASES[where]
-    field = "input" if route == "/v1/responses" else "messages"
     sent = await masked_request(route, body)
-    assert sent[field] == masked(body[field])
+    assert sent[turns(route)] == masked(body[turns(route)])
+    assert orjson.dumps(sent[turns(route)]) == orjson.dumps(masked(body[turns(route)]))  # in place: keys in order
 
 
 ORDINARY = {  # records as the APIs write them, every key the API's: their texts are their words only
@@ -107,12 +104,7 @@ ORDINARY = {  # records as the APIs write them, every key the API's: their texts
 
 @pytest.mark.parametrize("route", list(ORDINARY))
 async def test_the_apis_own_names_of_a_records_fields_are_not_given(route: str) -> None:
-    guard = Given("given", "pre_call")
-    model = ScriptedModel(default=response("ok") if route == "/v1/responses" else message("ok"))
-    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
-        got = await http.post(route, json=ORDINARY[route])
-    assert got.status_code == 200, got.text
-    assert guard.texts == GIVEN[route]
+    assert await given_texts(route, ORDINARY[route]) == GIVEN[route]
 
 
 GIVEN = {  # every string value (deeper than a record's own level, its types and ids too), no key

@@ -346,11 +346,11 @@ async def test_a_clients_guardrail_controls_in_metadata_never_reach_the_guardrai
     assert given["tags"] == ["t"]
 
 
-class Quota(CustomGuardrail):
+class Quota(Guard):
     """Two requests per caller, counted in the proxy's `cache` as LiteLLM's rate limiters and quotas count."""
 
     def __init__(self) -> None:
-        super().__init__(guardrail_name="quota", event_hook="pre_call", default_on=True)
+        super().__init__("quota")
         self.caches: list[Any] = []
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> Any:
