@@ -88,38 +88,52 @@ class GatewayMetrics:
         )
         self._open: OrderedDict[str, float] = OrderedDict()
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._pending = _Pending(self._child)
 
     def _child(self, series: Any, *labels: str) -> Any:
         """`series.labels(*labels)`, looked up once: prometheus-client checks and joins the label values and takes a
         lock on every `labels` call, then hands back the same child each time (the gateway never removes one). The
         table holds no more than the series themselves do: one entry per child they keep."""
-        key = (id(series), *labels)
+        key = (series, *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = series.labels(*labels)
         return child
 
+    def flush(self) -> None:
+        """Passes the counts `on_round` took on to prometheus-client's series, one `inc` per child however many
+        rounds it counted: its `inc` (a check and a lock each) was most of a round's counting, about 100k
+        instructions of a 3-rerun request's 3.3M in the gateway (callgrind, docs/performance.md). `text` flushes
+        first, so `/metrics` tells every round counted; with several workers each round is flushed at once, as
+        every worker's `/metrics` reads the others' counts from prometheus-client's files."""
+        pending, self._pending = self._pending, _Pending(self._child)
+        for (series, *labels), amount in pending.items():
+            self._child(series, *labels).inc(amount)
+
     def on_round(self, record: RoundRecord) -> None:
         """The `on_round` callback: counts one round, and the request when it is the loop's last."""
-        route, outcome = record.route, record.outcome
-        self._child(self.rounds, route, outcome).inc()
+        route, outcome, pending = record.route, record.outcome, self._pending
+        pending[self.rounds, route, outcome] += 1
         for tool in record.tools:
-            self._child(self.tool_calls, route, tool, outcome).inc()
+            pending[self.tool_calls, route, tool, outcome] += 1
         if record.retries:
-            self._child(self.rerun_retries, route).inc(record.retries)
+            pending[self.rerun_retries, route] += record.retries
         spent = self._open.pop(record.litellm_call_id, 0.0) + record.app_seconds + record.hook_seconds
         if record.outcome in NOT_FINAL:
             self._open[record.litellm_call_id] = spent
             if len(self._open) > OPEN_LOOPS:
                 self._open.popitem(last=False)
-            return
-        self._child(self.requests, route, outcome).inc()
-        self._child(self.loop_seconds, route).observe(spent)
-        if record.depth > 0:
-            self._child(self.looped, route).inc()
-            self._child(self.reruns, route).inc(record.depth)
+        else:
+            pending[self.requests, route, outcome] += 1
+            self._child(self.loop_seconds, route).observe(spent)
+            if record.depth > 0:
+                pending[self.looped, route] += 1
+                pending[self.reruns, route] += record.depth
+        if self.multiprocess:
+            self.flush()
 
     def text(self) -> bytes:
+        self.flush()
         if not self.multiprocess:
             return generate_latest(self.registry)
         from prometheus_client import multiprocess
@@ -130,6 +144,24 @@ class GatewayMetrics:
 
     async def endpoint(self, request: Request) -> Response:
         return Response(self.text(), media_type=CONTENT_TYPE_LATEST)
+
+
+class _Pending(dict[tuple[Any, ...], float]):
+    """The counts `on_round` took that `flush` has not passed on yet, each key a series and then its labels.
+
+    A key counted for the first time since the last flush has its child made at once (`GatewayMetrics._child`,
+    looked up once it exists), so that a series' `_created` sample is the time of its first round, as when every round
+    was passed on as it was counted."""
+
+    __slots__ = ("child",)
+
+    def __init__(self, child: Callable[..., Any]) -> None:
+        super().__init__()
+        self.child = child
+
+    def __missing__(self, key: tuple[Any, ...]) -> float:
+        self.child(*key)
+        return 0.0
 
 
 class CountStreams:
