@@ -62,7 +62,9 @@ class AskingHooks(RequestEnds):
 
     async def ask_hooks(self, answer: Answer, response: JSONObject) -> Answer | Rerun | Closing | Denied:
         """One round: the first hook whose gate says yes and whose plan acts decides it."""
-        fingerprint = None
+        # The calls the model made, not what a gate left of them in `response`: read before any gate is shown it
+        # where that changes nothing in it, else from a fresh parse once a gate claims.
+        fingerprint = self.surface.fingerprint(response) if self.surface.fingerprint_reads_only else None
         shown = _Shown(answer, response)
         for hook in self.hooks:
             kwargs = self.hook_kwargs()
@@ -76,7 +78,7 @@ class AskingHooks(RequestEnds):
                 # disconnect already waiting in `receive`) ends the loop here, before any plan or rerun.
                 await asyncio.sleep(0)
             self.round.tools = [str(self.surface.call_name(call)) for call in _claimed_calls(claim)]
-            if fingerprint is None:  # the calls the model made, not what a gate left of them in `response`
+            if fingerprint is None:
                 fingerprint = self.surface.fingerprint(shown.as_sent())
             refusal = self.refusal(fingerprint)
             if refusal is not None:

@@ -179,7 +179,7 @@ class Observer:
             return
         try:
             result = self.on_round(record)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):  # None first: the ABC's check is a Python call
                 await result
         except Exception:
             logger.exception("on_round callback failed", extra={"litellm_call_id": record.litellm_call_id})

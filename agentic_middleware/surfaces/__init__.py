@@ -251,6 +251,11 @@ class Surface(ABC):
         """The tool calls of each alternative answer a response holds (chat's `n` choices), one list each."""
         return [self.calls(response)]
 
+    # Whether `fingerprint` reads an answer without changing it (no `JSONObject` read that wraps a nested object in
+    # place): then a round takes it from its own parse before any gate is shown that parse, instead of parsing the
+    # answer's bytes again once a gate claims (asking.py), the same calls either way.
+    fingerprint_reads_only = False
+
     def fingerprint(self, response: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
         """All tool calls by name and canonical input; ids and order left out."""
         return tuple(sorted((str(self.call_name(c)), canonical(self.call_input(c))) for c in self.calls(response)))

@@ -58,6 +58,7 @@ class Messages(Surface):
     gates = ("async_should_run_agentic_loop",)
     plan_methods = ("async_build_agentic_loop_plan",)
     sums_usage = True  # as the API does over the iterations of its own server tools
+    fingerprint_reads_only = True  # its blocks read with `dict.get`
 
     def usage_entry(self, usage: Mapping[str, Any]) -> dict[str, Any]:
         """A call's usage as the API writes a `message` iteration: the four token counts always there (Claude Code
