@@ -10,8 +10,9 @@ logical requests on `concurrency` keep-alive connections and answers `{"rps", "p
 - `loop`: the client loops by itself against the upstream at `url`, one request per round, same hook logic;
 - `litellm`: `litellm.anthropic.messages.acreate` in this process with the hook in `litellm.callbacks`
   and `api_base=url` (only in an interpreter that has LiteLLM);
-- `post`: one plain POST to `url` with the HTTP client library named by `client` (`lean`, `aiohttp`, `httpx`,
-  `httpx-aiohttp`), one pooled session of `concurrency` connections: what each costs a gateway per upstream call.
+- `post`: one plain POST to `url` with the HTTP client library named by `client` (`lean`, `aiohttp`, `pyreqwest`,
+  `httpx`, `httpx-aiohttp`), one pooled session of `concurrency` connections: what each costs a gateway per upstream
+  call.
 
 The HTTP client is a few lines over asyncio streams, so that the load generator costs little next to what it
 measures. Each command is bounded by its request count; the process ends at the end of its input.
@@ -98,6 +99,17 @@ def library(name: str, concurrency: int, headers: dict[str, str]) -> tuple[Post,
             return ok(url, answer.status, content)
 
         return aiohttp_post, session.close
+    if name == "pyreqwest":
+        from pyreqwest.client import ClientBuilder
+
+        rust = ClientBuilder().max_connections(concurrency).no_proxy().build()
+        sent = list(headers.items())
+
+        async def pyreqwest_post(url: str, body: bytes) -> bytes:
+            answer = await rust.post(url).headers(sent).body_bytes(body).build().send()
+            return ok(url, answer.status, (await answer.bytes()).to_bytes())
+
+        return pyreqwest_post, rust.close
     if name in ("httpx", "httpx-aiohttp"):
         import httpx
 

@@ -2,38 +2,35 @@
 
 Every path goes up as the client sent it (without the `root_path` of a mount: `forwarded_path`), any method: the
 base URL is the model server's, with or without a trailing `/v1` (`http://localhost:11434` and
-`http://localhost:11434/v1` are the same upstream), and a client's
-`/v1/chat/completions` goes to `{server}/v1/chat/completions`, its `/v1/models` to `{server}/v1/models`, its `HEAD /`
-to `{server}/`. A path with a `.` or `..` segment (between `/` or `\\`, percent-encoded or not) is refused (400),
-so no client climbs out of a base such as `https://host/openai/v1`. The client's query string, credentials and API
-headers go up as they are (a repeated header stays repeated, a missing one stays missing), unless the operator gives
-an upstream key, which replaces the client's (see `Upstream`); the upstream's status, body and the headers a client
-of the API reads (content-type, request ids, retry and rate-limit headers) come back as they are, errors and
-redirects included, and a stream comes back chunk by chunk.
+`http://localhost:11434/v1` are the same upstream), and a client's `/v1/chat/completions` goes to
+`{server}/v1/chat/completions`, its `/v1/models` to `{server}/v1/models`, its `HEAD /` to `{server}/`. A path with a
+`.` or `..` segment (between `/` or `\\`, percent-encoded or not) is refused (400), so no client climbs out of a
+base such as `https://host/openai/v1`. The client's query string, credentials and API headers go up as they are (a
+repeated header stays repeated, a missing one stays missing; the characters a URL may not hold as they are, such as
+a space, `"`, `\\`, `{` or a byte above 0x7F, and a `'` in the query, go up percent-encoded, as the URL standard
+writes them, so both clients send the URL the gateway checked), unless the operator gives an upstream key, which
+replaces the client's (see `Upstream`); the upstream's status, body and the headers a client of the API reads
+(content-type, request ids, retry and rate-limit headers) come back as they are, errors and redirects included, and
+a stream comes back chunk by chunk.
 
-The client is `aiohttp`: measured side by side against the same upstream (`python -m benchmarks --case 5`), a POST
-costs it about a third of the CPU of httpx over the `httpx-aiohttp` transport and a tenth of plain httpx's, and a
-gateway spends most of its time in these POSTs. Whatever can be decided once (the proxy, the TLS context, the URLs)
-is decided when the gateway starts, not on each request.
+The HTTP client is `pyreqwest` when the `fast` extra is installed, else `aiohttp` (`http_client.py`; both chosen by
+measurement, `AGENTIC_HTTP_CLIENT` picks one). Whatever can be decided once (the proxy, the TLS context, the model
+routes' URLs) is decided when the gateway starts, not on each request.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator
 from typing import Literal
 
-import aiohttp
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Scope
-from yarl import URL
 
 from ..routes import route_path
+from .http_client import ClientName, HttpClient, UpstreamError, client_name, make_client
 from .wire import MODEL_ROUTES, Route, error_response, route_of
 
 FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"content-type", b"accept"})
@@ -55,39 +52,53 @@ RETURNED_PREFIXES = (b"anthropic-", b"openai-", b"x-ratelimit-")
 budget. Not returned: hop-by-hop and body-encoding headers (the body comes back decoded), `set-cookie` (a cookie is
 one client's), `location` (a redirect's status and body come back, but the gateway does not point a client with its
 credentials at a host the upstream names)."""
-TIMEOUT = aiohttp.ClientTimeout(total=None, connect=600.0, sock_connect=10.0, sock_read=600.0)
-"""10 s to open a connection, 600 s to wait for a free one or between two reads: a long answer is never cut."""
+PATH_SAFE = "/:@!$&'()*+,;=-._~%"
+"""What a path holds as it is: RFC 3986's unreserved and reserved characters, and `%` (an escape already made).
+The rest (a space, `"`, `<`, `>`, `\\`, `^`, `` ` ``, `{`, `|`, `}`, controls, bytes above 0x7F) goes up
+percent-encoded, as the URL standard writes it: `pyreqwest` parses URLs by it, and would send `\\` as `/`."""
+INVALID_HEADER = "invalid_header"
+QUERY_SAFE = PATH_SAFE.replace("'", "") + "?"
+"""In a query the URL standard percent-encodes a `'` too (for http and https)."""
 
 
 class Upstream:
-    """A model app that forwards each request to the model server at `base_url` through one pooled
-    `aiohttp.ClientSession`.
+    """A model app that forwards each request to the model server at `base_url` through one pooled HTTP client
+    (`client`: `auto`, `aiohttp` or `pyreqwest`; see `http_client.py`).
 
     The pool keeps up to `connections` keep-alive connections (size it for the gateway's concurrency: a request
-    beyond it waits for a free one). The session is opened on the first request, in the server's event loop, so
+    beyond it waits for a free one). The client is opened on the first request, in the server's event loop, so
     that each worker process of a multi-worker server has its own. With `error_details=False` a 502 of the gateway's
     own does not name the upstream's address or the error's text, only the error's kind.
 
     With `api_key`, the client's own key never goes up: the key header the client sent (`x-api-key`, Azure's
     `api-key` or `authorization`) carries `api_key` instead (`authorization: Bearer <api_key>`), and a request that
-    sent none
-    gets the one its API family uses (`x-api-key` for Anthropic's, under /v1/messages or with an
+    sent none gets the one its API family uses (`x-api-key` for Anthropic's, under /v1/messages or with an
     `anthropic-version` header; `authorization` otherwise).
 
-    `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` are read once, here, as httpx read them when its client was
-    made; an https upstream is verified against `SSL_CERT_FILE`/`SSL_CERT_DIR` when one is set, else certifi's CA
-    bundle when certifi is installed (what httpx used), else the system's store.
+    `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` are read once, here, as httpx read them when its client was made. An
+    https upstream is verified as its client says (`http_aiohttp.py`, `http_reqwest.py`): against
+    `SSL_CERT_FILE`/`SSL_CERT_DIR` when one is set, else certifi's bundle (aiohttp, when certifi is installed) or
+    the system's store.
     """
 
     def __init__(
-        self, base_url: str, connections: int = 100, error_details: bool = True, api_key: str | None = None
+        self,
+        base_url: str,
+        connections: int = 100,
+        error_details: bool = True,
+        api_key: str | None = None,
+        client: ClientName = "auto",
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"the upstream must be an http(s) URL such as http://localhost:8000/v1, got {base_url!r}")
-        parsed = URL(base_url)
-        if not parsed.host or parsed.query_string or parsed.fragment:
+        try:
+            parsed = urllib.parse.urlsplit(base_url)
+            parsed.port  # noqa: B018  (raises ValueError for a port that is not one)
+        except ValueError:
+            raise ValueError(f"the upstream must be a base URL with a host and no query, got {base_url!r}") from None
+        if not parsed.hostname or "?" in base_url or "#" in base_url:
             raise ValueError(f"the upstream must be a base URL with a host and no query, got {base_url!r}")
-        if parsed.raw_user is not None or parsed.raw_password is not None:
+        if "@" in parsed.netloc:
             # Not echoed: the URL holds a secret. In a URL it would be in every 502 a client reads and in the
             # logs, and aiohttp refuses to send it next to the client's own `authorization`.
             raise ValueError(
@@ -99,31 +110,18 @@ class Upstream:
         self.connections = connections
         self.error_details = error_details
         self.api_key = api_key
-        self.proxy = env_proxy(URL(self.root + "/"))
-        self._model_urls = {path.encode(): URL(self.root + path, encoded=True) for path in MODEL_ROUTES}
-        """The upstream URL of each model route's own path, sent as written without a query: built once, as the
-        loop calls these paths on every round (a path with a query, or written otherwise, is checked and built
-        on each request)."""
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            tls = tls_context() if self.base_url.startswith("https://") else True
-            connector = aiohttp.TCPConnector(limit=self.connections, ssl=tls)
-            # No cookie jar: cookies the upstream sets belong to one client and must not go up with another's.
-            # No made-up Content-Type: a request without one goes up without one.
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=TIMEOUT,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                skip_auto_headers=("Content-Type",),
-            )
-        return self._session
+        self.proxy = env_proxy(parsed.scheme, parsed.hostname)
+        self._model_urls = {path.encode(): self.root + path for path in MODEL_ROUTES}
+        """The upstream URL of each model route's own path, sent as written without a query: the loop calls these
+        paths on every round, so they are checked and parsed once (a path with a query, or written otherwise, is
+        checked and built on each request)."""
+        self.client_name = client_name(client)
+        self.client: HttpClient = make_client(
+            self.client_name, self.base_url.startswith("https://"), self.proxy, connections, self._model_urls.values()
+        )
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.client.aclose()
 
     async def __call__(self, request: Request, route: Route) -> Response:
         return await self._forward(request, route)
@@ -139,45 +137,43 @@ class Upstream:
         if url is None:  # not one of the model routes as written, or with a query: checked and built here
             if not path.startswith(b"/") or _climbs(path):
                 return error_response(route, 400, "the path must be absolute, without '.' or '..' segments")
-            target = self.root + path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+            url = self.root + _as_sent(path, PATH_SAFE) + (f"?{_as_sent(query, QUERY_SAFE)}" if query else "")
             try:
-                url = URL(target, encoded=True)
+                self.client.check(url)
             except ValueError:
                 return error_response(route, 400, "the path or query is not a valid URL")
         method: str = scope["method"]
-        if method != method.upper():  # aiohttp sends it upper-cased: a method other than the one judged (paths.py)
+        if method != method.upper():  # a client may send it upper-cased: a method other than the one judged (paths.py)
             return error_response(route, 400, f"the method must be in upper case, got {method!r}", "invalid_method")
-        headers = self._headers(scope["headers"], route)
+        try:
+            headers = self._headers(scope["headers"], route)
+        except UnicodeDecodeError:  # both clients send header values as UTF-8: these bytes would go up as others
+            return error_response(route, 400, "a header value is not UTF-8: it cannot go up as it came", INVALID_HEADER)
         body = await request.body()
         try:
             # No redirect is followed: it would resend the client's credentials to wherever the upstream points.
-            answer = await self.session.request(
-                method, url, data=body or None, headers=headers, allow_redirects=False, proxy=self.proxy
-            )
-        except (aiohttp.ClientError, TimeoutError) as error:
+            answer = await self.client.send(method, url, headers, body)
+        except UpstreamError as error:
             return self._failed(route, url, error)
-        returned = [
-            (lower, value)
-            for name, value in answer.raw_headers
-            if (lower := name.lower()) in RETURNED_HEADERS or lower.startswith(RETURNED_PREFIXES)
-        ]
+        except ValueError as error:  # a header the client's library cannot send as it came (a control character)
+            return error_response(route, 400, str(error), INVALID_HEADER)
+        returned = answer.headers(RETURNED_HEADERS, RETURNED_PREFIXES)
         if answer.content_type == "text/event-stream":
-            response: Response = StreamingResponse(_relay(answer), answer.status)
+            response: Response = StreamingResponse(answer.chunks(), answer.status)
         else:
             try:
                 content = await answer.read()
-            except (aiohttp.ClientError, TimeoutError) as error:
+            except UpstreamError as error:
                 return self._failed(route, url, error)
-            finally:
-                answer.release()
             response = Response(content, answer.status)
-            if method == "HEAD" and (length := answer.headers.get("content-length")) is not None:
+            if method == "HEAD" and (length := answer.header("content-length")) is not None:
                 response.headers["content-length"] = length  # the length a GET would have had, as HEAD says
         response.raw_headers.extend(returned)  # a repeated header stays repeated
         return response
 
     def _headers(self, raw: list[tuple[bytes, bytes]], route: Route) -> list[tuple[str, str]]:
-        """The client's headers that go up; with an upstream key, the client's key is replaced by it."""
+        """The client's headers that go up; with an upstream key, the client's key is replaced by it. Raises
+        UnicodeDecodeError for a value that is not UTF-8."""
         forwarded = [(n, v) for n, v in raw if n in FORWARDED_HEADERS or n.startswith(FORWARDED_PREFIXES)]
         if self.api_key is not None:
             sent = {name for name, _ in forwarded if name in KEY_HEADERS}
@@ -191,13 +187,13 @@ class Upstream:
                 forwarded.append((b"api-key", self.api_key.encode("latin-1")))
             if b"authorization" in sent:
                 forwarded.append((b"authorization", f"Bearer {self.api_key}".encode("latin-1")))
-        return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in forwarded]
+        return [(name.decode("latin-1"), value.decode()) for name, value in forwarded]
 
-    def _failed(self, route: Route, url: URL, error: BaseException) -> Response:
+    def _failed(self, route: Route, url: str, error: UpstreamError) -> Response:
         """The upstream could not be reached or broke off: a 502 in the route's own error shape."""
         if not self.error_details:
-            return error_response(route, 502, f"the upstream failed: {type(error).__name__}", "upstream")
-        return error_response(route, 502, f"upstream {url} failed: {type(error).__name__}: {error}", "upstream")
+            return error_response(route, 502, f"the upstream failed: {error.kind}", "upstream")
+        return error_response(route, 502, f"upstream {url} failed: {error.kind}: {error}", "upstream")
 
 
 Family = Literal["anthropic", "openai"]
@@ -264,30 +260,14 @@ def _climbs(path: bytes) -> bool:
     return any(segment.split(";")[0] in (".", "..") for segment in segments)
 
 
-def env_proxy(url: URL) -> str | None:
-    """The proxy the environment names for `url`'s scheme (`HTTP_PROXY`, `HTTPS_PROXY`), unless `NO_PROXY` covers it."""
-    proxy = urllib.request.getproxies().get(url.scheme)
-    if proxy is None or urllib.request.proxy_bypass(url.host or ""):
+def env_proxy(scheme: str, host: str) -> str | None:
+    """The proxy the environment names for `scheme` (`HTTP_PROXY`, `HTTPS_PROXY`), unless `NO_PROXY` covers `host`."""
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy is None or urllib.request.proxy_bypass(host):
         return None
     return proxy
 
 
-def tls_context() -> ssl.SSLContext:
-    """The CA store an https upstream is verified against; see `Upstream`."""
-    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
-        return ssl.create_default_context()  # OpenSSL reads both variables for its default paths
-    try:
-        import certifi
-    except ImportError:
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=certifi.where())
-
-
-async def _relay(answer: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The upstream's chunks as they come. At the end the connection goes back to the pool; when the stream stops
-    early (the client left, the upstream broke off), `release` closes it instead, so the pool never hands it out."""
-    try:
-        async for chunk in answer.content.iter_any():
-            yield chunk
-    finally:
-        answer.release()
+def _as_sent(part: bytes | str, safe: str) -> str:
+    """`part` of a URL with what it may not hold as it is percent-encoded (`PATH_SAFE`); a str is taken as UTF-8."""
+    return urllib.parse.quote(part, safe=safe)
