@@ -157,3 +157,53 @@ def test_auto_is_pyreqwest_when_installed_and_a_missing_or_unknown_client_names_
     assert "--http-client / AGENTIC_HTTP_CLIENT: the HTTP client must be one of auto, aiohttp, pyreqwest" in (
         capsys.readouterr().err
     )
+
+
+async def test_a_header_with_a_control_character_is_refused_naming_the_header_not_its_value(
+    http_client: ClientName,
+) -> None:
+    """uvicorn refuses such a request itself; a server that does not (in process here) hands it on."""
+    heads: list[bytes] = []
+    async with recording(JSON, heads) as upstream:
+        model = Upstream(upstream, client=http_client)
+        transport = httpx.ASGITransport(app=model_app(model))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            answer = await client.post("/v1/chat/completions", content=b"{}", headers={"x-api-key": b"sk-se\x7fcret"})
+        await model.aclose()
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, "invalid_header")
+    assert "the x-api-key header's value is not UTF-8 text" in answer.text and "sk-se" not in answer.text
+    assert heads == []
+
+
+@pytest.mark.parametrize("key", ["sk-operator\n", "sk-\x00x", "sk-caf\u00e9"])
+def test_an_upstream_key_that_cannot_be_sent_stops_the_start_without_echoing_it(
+    key: str, http_client: ClientName
+) -> None:
+    """A trailing newline from a secret file: sent, pyreqwest refused the key on every request with an error
+    holding it, which the client read."""
+    with pytest.raises(ValueError, match="the upstream API key holds a control character") as refused:
+        Upstream("http://127.0.0.1:9/v1", api_key=key, client=http_client)
+    assert "sk-" not in str(refused.value)
+
+
+@pytest.mark.parametrize("base", ["https://API.example.com:443/v1", "http://My-GPU-Box:8000/v1", "http://h/open ai/v1"])
+def test_a_base_url_the_url_standard_writes_otherwise_is_taken_by_both_clients(
+    base: str, http_client: ClientName
+) -> None:
+    """The URL standard lower-cases a host and drops a default port: the same server. A space in the base's path
+    goes up percent-encoded, as in a client's."""
+    upstream = Upstream(base, client=http_client)
+    assert upstream.root.endswith("/open%20ai") or upstream.root.lower().startswith(("https://api", "http://my-gpu"))
+
+
+async def test_a_head_asks_for_the_answer_unencoded_through_pyreqwest_so_its_length_is_a_gets() -> None:
+    heads: list[bytes] = []
+    reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 42\r\n\r\n"
+    async with (
+        recording(reply, heads) as upstream,
+        gateway(upstream, "pyreqwest") as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        response = await client.head("/v1/models")
+    assert (response.status_code, response.headers["content-length"]) == (200, "42")
+    assert b"\r\naccept-encoding: identity\r\n" in heads[0]

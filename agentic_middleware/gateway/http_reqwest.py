@@ -6,11 +6,15 @@ control character (`ValueError`: a 400); and it reads an upstream's header value
 whose value is not (an obsolete byte above 0x7F) is left out.
 
 An https upstream is verified against the system's CA store (read with `rustls-platform-verifier`), which
-`SSL_CERT_FILE` or `SSL_CERT_DIR` replaces when set.
+`SSL_CERT_FILE` or `SSL_CERT_DIR` replaces when set; rustls refuses a server certificate marked as a CA.
+
+pyreqwest 0.15 does not abort a request whose caller is cancelled (a client gone before the upstream's head): its
+connection stays open until the head comes, then is closed (docs/gateway.md, "Where the two differ").
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import timedelta
 
@@ -55,6 +59,9 @@ class ReqwestClient:
     async def send(self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes) -> ReqwestAnswer:
         target = self._fixed.get(url) or _url(url)
         builder = self.client.request(method, target).headers(headers)  # raises ValueError for a value it cannot send
+        if method == "HEAD":
+            # A decoded answer loses its length (reqwest drops it with the encoding): HEAD's is the one a GET's has.
+            builder = builder.header("accept-encoding", "identity")
         if body:
             builder = builder.body_bytes(body)
         # Its head first, without reading ahead into the body (pyreqwest's default waits for 64 KB of it, or its end,
@@ -117,9 +124,12 @@ class ReqwestAnswer:
 
 
 def _url(url: str) -> Url:
-    """`url` parsed, when the parse leaves it as written; else ValueError."""
+    """`url` parsed, when the parse leaves its path and query as written (the host may be lower-cased, a default
+    port dropped: the same server); else ValueError."""
     parsed = Url(url)
-    if str(parsed) != url:
+    written = urllib.parse.urlsplit(url)
+    query = parsed.query_string
+    if parsed.path != (written.path or "/") or (query if query is not None else "") != written.query:
         raise ValueError(f"the URL would not go up as written: {url!r}")
     return parsed
 

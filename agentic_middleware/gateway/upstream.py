@@ -53,9 +53,10 @@ budget. Not returned: hop-by-hop and body-encoding headers (the body comes back 
 one client's), `location` (a redirect's status and body come back, but the gateway does not point a client with its
 credentials at a host the upstream names)."""
 PATH_SAFE = "/:@!$&'()*+,;=-._~%"
-"""What a path holds as it is: RFC 3986's unreserved and reserved characters, and `%` (an escape already made).
-The rest (a space, `"`, `<`, `>`, `\\`, `^`, `` ` ``, `{`, `|`, `}`, controls, bytes above 0x7F) goes up
-percent-encoded, as the URL standard writes it: `pyreqwest` parses URLs by it, and would send `\\` as `/`."""
+"""What a path holds as it is: RFC 3986's unreserved and reserved characters but `[` and `]` (only a host holds
+them), and `%` (an escape already made). The rest (a space, `"`, `<`, `>`, `[`, `]`, `\\`, `^`, `` ` ``, `{`,
+`|`, `}`, controls, bytes above 0x7F) goes up percent-encoded, as the URL standard writes it: `pyreqwest` parses
+URLs by it, and would send `\\` as `/`."""
 INVALID_HEADER = "invalid_header"
 QUERY_SAFE = PATH_SAFE.replace("'", "") + "?"
 """In a query the URL standard percent-encodes a `'` too (for http and https)."""
@@ -105,8 +106,16 @@ class Upstream:
                 "the upstream URL must not hold credentials (user:password@): give the key in "
                 "AGENTIC_UPSTREAM_API_KEY instead"
             )
+        if api_key is not None and not (api_key.isascii() and _sendable(api_key)):
+            # Not echoed either. A trailing newline from a secret file is the usual one; sent, a client library
+            # refuses it on every request, and its error would carry the key.
+            raise ValueError(
+                "the upstream API key holds a control character (a trailing newline?) or a non-ASCII one: remove it"
+            )
         self.base_url = base_url.rstrip("/")
-        self.root = self.base_url.removesuffix("/v1")  # what a client's path is appended to
+        origin = f"{parsed.scheme}://{parsed.netloc}"
+        base_path = self.base_url[len(origin) :].removesuffix("/v1")
+        self.root = origin + _as_sent(base_path, PATH_SAFE)  # what a client's path is appended to
         self.connections = connections
         self.error_details = error_details
         self.api_key = api_key
@@ -147,16 +156,16 @@ class Upstream:
             return error_response(route, 400, f"the method must be in upper case, got {method!r}", "invalid_method")
         try:
             headers = self._headers(scope["headers"], route)
-        except UnicodeDecodeError:  # both clients send header values as UTF-8: these bytes would go up as others
-            return error_response(route, 400, "a header value is not UTF-8: it cannot go up as it came", INVALID_HEADER)
+        except UnsendableHeader as error:
+            return error_response(route, 400, str(error), INVALID_HEADER)
         body = await request.body()
         try:
             # No redirect is followed: it would resend the client's credentials to wherever the upstream points.
             answer = await self.client.send(method, url, headers, body)
         except UpstreamError as error:
             return self._failed(route, url, error)
-        except ValueError as error:  # a header the client's library cannot send as it came (a control character)
-            return error_response(route, 400, str(error), INVALID_HEADER)
+        except ValueError:  # what `_headers` did not foresee; the library's text may hold a value: not echoed
+            return error_response(route, 400, "a header value cannot be sent as it came", INVALID_HEADER)
         returned = answer.headers(RETURNED_HEADERS, RETURNED_PREFIXES)
         if answer.content_type == "text/event-stream":
             response: Response = StreamingResponse(answer.chunks(), answer.status)
@@ -173,7 +182,8 @@ class Upstream:
 
     def _headers(self, raw: list[tuple[bytes, bytes]], route: Route) -> list[tuple[str, str]]:
         """The client's headers that go up; with an upstream key, the client's key is replaced by it. Raises
-        UnicodeDecodeError for a value that is not UTF-8."""
+        UnsendableHeader for a value that is not UTF-8 (both clients send values as UTF-8: it would go up as other
+        bytes) or holds a control character (pyreqwest refuses one; ASGI servers refuse CR, LF and NUL before)."""
         forwarded = [(n, v) for n, v in raw if n in FORWARDED_HEADERS or n.startswith(FORWARDED_PREFIXES)]
         if self.api_key is not None:
             sent = {name for name, _ in forwarded if name in KEY_HEADERS}
@@ -187,7 +197,16 @@ class Upstream:
                 forwarded.append((b"api-key", self.api_key.encode("latin-1")))
             if b"authorization" in sent:
                 forwarded.append((b"authorization", f"Bearer {self.api_key}".encode("latin-1")))
-        return [(name.decode("latin-1"), value.decode()) for name, value in forwarded]
+        headers: list[tuple[str, str]] = []
+        for name, value in forwarded:
+            try:
+                text = value.decode()
+            except UnicodeDecodeError:
+                raise UnsendableHeader(name) from None
+            if not _sendable(text):
+                raise UnsendableHeader(name)
+            headers.append((name.decode("latin-1"), text))
+        return headers
 
     def _failed(self, route: Route, url: str, error: UpstreamError) -> Response:
         """The upstream could not be reached or broke off: a 502 in the route's own error shape."""
@@ -266,6 +285,22 @@ def env_proxy(scheme: str, host: str) -> str | None:
     if proxy is None or urllib.request.proxy_bypass(host):
         return None
     return proxy
+
+
+class UnsendableHeader(ValueError):
+    """A client's header value that cannot go up as it came; the message names the header, not its value (it may
+    be a key)."""
+
+    def __init__(self, name: bytes) -> None:
+        super().__init__(f"the {name.decode('latin-1')} header's value is not UTF-8 text: it cannot go up as it came")
+
+
+def _sendable(value: str) -> bool:
+    """Whether a header value holds no control character but a tab (what HTTP allows in a field value)."""
+    return not _CONTROL.search(value)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def _as_sent(part: bytes | str, safe: str) -> str:
