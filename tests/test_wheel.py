@@ -82,7 +82,6 @@ def test_the_wheel_holds_the_license_the_version_and_the_console_script(wheel: P
         "native",
         "redis",
         "gateway",
-        "fast",
         "demo",
     }  # no test or bench extra published
     requirements = " ".join(line.split(";")[0] for line in re.findall(r"^Requires-Dist: (.+)$", metadata, re.MULTILINE))

@@ -26,7 +26,6 @@ from ..errors import ConfigurationError
 from . import environment as env
 from .access import gateway_keys
 from .app import DEMO_CONFIG
-from .http_client import CLIENT_NAMES
 from .metrics import MULTIPROCESS_VARIABLE
 from .paths import unjudged_described
 
@@ -118,15 +117,6 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     add(
-        "--http-client",
-        choices=CLIENT_NAMES,
-        default=variables.get(env.HTTP_CLIENT, "auto"),
-        help=(
-            "the HTTP client the upstream is called through: pyreqwest (the fast extra) costs a fifth of aiohttp's "
-            f"instructions a call; auto takes it when installed (default %(default)s) [{env.HTTP_CLIENT}]"
-        ),
-    )
-    add(
         "--demo",
         action="store_true",
         help="run one request per route with the official SDKs against the demo model, print them, exit",
@@ -163,7 +153,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         (env.OPENAI_UPSTREAM, args.openai_upstream),
         (env.CONFIG, args.config),
         (env.GC_THRESHOLD, str(args.gc_threshold)),
-        (env.HTTP_CLIENT, args.http_client),
     ):
         if value:
             os.environ[name] = value
@@ -232,12 +221,9 @@ def _described(model: Any) -> str:
     from .upstream import Upstream, Upstreams
 
     if isinstance(model, Upstreams):
-        return (
-            f"{model.anthropic.base_url} (Anthropic's API) and {model.openai.base_url} (OpenAI's) "
-            f"over {model.anthropic.client_name}"
-        )
+        return f"{model.anthropic.base_url} (Anthropic's API) and {model.openai.base_url} (OpenAI's)"
     if isinstance(model, Upstream):
-        return f"{model.base_url} over {model.client_name}" + (" (upstream key set)" if model.api_key else "")
+        return model.base_url + (" (upstream key set)" if model.api_key else "")
     return f"the scripted demo model (no --upstream, {env.UPSTREAM} unset)"
 
 

@@ -10,7 +10,6 @@ worker builds its app from these variables alone (`app_from_env`), so N workers 
 | `AGENTIC_HOST`, `AGENTIC_PORT` | `--host`, `--port` | where to listen (127.0.0.1:8000) |
 | `AGENTIC_WORKERS` | `--workers` | uvicorn worker processes (1) |
 | `AGENTIC_SHUTDOWN_TIMEOUT` | `--shutdown-timeout` | seconds requests in flight get after SIGTERM (30) |
-| `AGENTIC_HTTP_CLIENT` | `--http-client` | the upstream's client (`auto`: pyreqwest if installed, else aiohttp) |
 | `AGENTIC_GC_THRESHOLD` | `--gc-threshold` | allocations between young-generation collections (10000; 0: Python's) |
 | `AGENTIC_UPSTREAM_API_KEY` | (none) | a key that replaces the client's on the way up |
 | `AGENTIC_ANTHROPIC_UPSTREAM_API_KEY`, `AGENTIC_OPENAI_UPSTREAM_API_KEY` | (none) | the same, per API family |
@@ -32,7 +31,6 @@ from ..config import load_config
 from .access import RequireKey, gateway_keys
 from .app import DEMO_CONFIG, create_app
 from .demo_model import DemoModel
-from .http_client import client_name
 from .upstream import Upstream, Upstreams
 from .wire import Model
 
@@ -49,7 +47,6 @@ ANTHROPIC_KEY = "AGENTIC_ANTHROPIC_UPSTREAM_API_KEY"
 OPENAI_KEY = "AGENTIC_OPENAI_UPSTREAM_API_KEY"
 GATEWAY_KEYS = "AGENTIC_GATEWAY_API_KEYS"
 GC_THRESHOLD = "AGENTIC_GC_THRESHOLD"
-HTTP_CLIENT = "AGENTIC_HTTP_CLIENT"
 DEFAULT_GC_THRESHOLD = 10_000
 """Measured in benchmarks case 12 (docs/performance.md): at 10,000 live streams on one worker, Python's 700 made 12 to
 14 full collections walk every stream's objects, the collector 5.4 to 8.3 s of the worker's CPU and a 92 to 148 ms lag
@@ -66,7 +63,6 @@ FLAGS = {
     WORKERS: "--workers",
     SHUTDOWN_TIMEOUT: "--shutdown-timeout",
     GC_THRESHOLD: "--gc-threshold",
-    HTTP_CLIENT: "--http-client",
 }
 
 
@@ -98,14 +94,9 @@ def model_from_env(error_details: bool = True, environ: Mapping[str, str] = os.e
     anthropic_key = _value(environ, ANTHROPIC_KEY) or shared
     openai_key = _value(environ, OPENAI_KEY) or shared
 
-    try:
-        client = client_name(_value(environ, HTTP_CLIENT) or "auto")
-    except ValueError as error:
-        raise ValueError(f"{named(HTTP_CLIENT)}: {error}") from None
-
     def upstream(url: str, key: str | None, variable: str) -> Upstream:
         try:
-            return Upstream(url, error_details=error_details, api_key=key, client=client)
+            return Upstream(url, error_details=error_details, api_key=key)
         except ValueError as error:
             raise ValueError(f"{named(variable if _value(environ, variable) else UPSTREAM)}: {error}") from None
 

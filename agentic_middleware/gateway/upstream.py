@@ -2,35 +2,38 @@
 
 Every path goes up as the client sent it (without the `root_path` of a mount: `forwarded_path`), any method: the
 base URL is the model server's, with or without a trailing `/v1` (`http://localhost:11434` and
-`http://localhost:11434/v1` are the same upstream), and a client's `/v1/chat/completions` goes to
-`{server}/v1/chat/completions`, its `/v1/models` to `{server}/v1/models`, its `HEAD /` to `{server}/`. A path with a
-`.` or `..` segment (between `/` or `\\`, percent-encoded or not) is refused (400), so no client climbs out of a
-base such as `https://host/openai/v1`. The client's query string, credentials and API headers go up as they are (a
-repeated header stays repeated, a missing one stays missing; the characters a URL may not hold as they are, such as
-a space, `"`, `\\`, `{` or a byte above 0x7F, and a `'` in the query, go up percent-encoded, as the URL standard
-writes them, so both clients send the URL the gateway checked), unless the operator gives an upstream key, which
-replaces the client's (see `Upstream`); the upstream's status, body and the headers a client of the API reads
-(content-type, request ids, retry and rate-limit headers) come back as they are, errors and redirects included, and
-a stream comes back chunk by chunk.
+`http://localhost:11434/v1` are the same upstream), and a client's
+`/v1/chat/completions` goes to `{server}/v1/chat/completions`, its `/v1/models` to `{server}/v1/models`, its `HEAD /`
+to `{server}/`. A path with a `.` or `..` segment (between `/` or `\\`, percent-encoded or not) is refused (400),
+so no client climbs out of a base such as `https://host/openai/v1`. The client's query string, credentials and API
+headers go up as they are (a repeated header stays repeated, a missing one stays missing), unless the operator gives
+an upstream key, which replaces the client's (see `Upstream`); the upstream's status, body and the headers a client
+of the API reads (content-type, request ids, retry and rate-limit headers) come back as they are, errors and
+redirects included, and a stream comes back chunk by chunk.
 
-The HTTP client is `pyreqwest` when the `fast` extra is installed, else `aiohttp` (`http_client.py`; both chosen by
-measurement, `AGENTIC_HTTP_CLIENT` picks one). Whatever can be decided once (the proxy, the TLS context, the model
-routes' URLs) is decided when the gateway starts, not on each request.
+The client is `aiohttp`: measured side by side against the same upstream (`python -m benchmarks --case 5`), a POST
+costs it about a third of the CPU of httpx over the `httpx-aiohttp` transport and a tenth of plain httpx's, and a
+gateway spends most of its time in these POSTs. Whatever can be decided once (the proxy, the TLS context, the URLs)
+is decided when the gateway starts, not on each request.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import ssl
 import urllib.parse
 import urllib.request
+from collections.abc import AsyncIterator
 from typing import Literal
 
+import aiohttp
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Scope
+from yarl import URL
 
 from ..routes import route_path
-from .http_client import ClientName, HttpClient, UpstreamError, client_name, make_client
 from .wire import MODEL_ROUTES, Route, error_response, route_of
 
 FORWARDED_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"content-type", b"accept"})
@@ -52,85 +55,83 @@ RETURNED_PREFIXES = (b"anthropic-", b"openai-", b"x-ratelimit-")
 budget. Not returned: hop-by-hop and body-encoding headers (the body comes back decoded), `set-cookie` (a cookie is
 one client's), `location` (a redirect's status and body come back, but the gateway does not point a client with its
 credentials at a host the upstream names)."""
-PATH_SAFE = "/:@!$&'()*+,;=-._~%"
-"""What a path holds as it is: RFC 3986's unreserved and reserved characters but `[` and `]` (only a host holds
-them), and `%` (an escape already made). The rest (a space, `"`, `<`, `>`, `[`, `]`, `\\`, `^`, `` ` ``, `{`,
-`|`, `}`, controls, bytes above 0x7F) goes up percent-encoded, as the URL standard writes it: `pyreqwest` parses
-URLs by it, and would send `\\` as `/`."""
-INVALID_HEADER = "invalid_header"
-QUERY_SAFE = PATH_SAFE.replace("'", "") + "?"
-"""In a query the URL standard percent-encodes a `'` too (for http and https)."""
+TIMEOUT = aiohttp.ClientTimeout(total=None, connect=600.0, sock_connect=10.0, sock_read=600.0)
+"""10 s to open a connection, 600 s to wait for a free one or between two reads: a long answer is never cut."""
 
 
 class Upstream:
-    """A model app that forwards each request to the model server at `base_url` through one pooled HTTP client
-    (`client`: `auto`, `aiohttp` or `pyreqwest`; see `http_client.py`).
+    """A model app that forwards each request to the model server at `base_url` through one pooled
+    `aiohttp.ClientSession`.
 
     The pool keeps up to `connections` keep-alive connections (size it for the gateway's concurrency: a request
-    beyond it waits for a free one). The client is opened on the first request, in the server's event loop, so
+    beyond it waits for a free one). The session is opened on the first request, in the server's event loop, so
     that each worker process of a multi-worker server has its own. With `error_details=False` a 502 of the gateway's
     own does not name the upstream's address or the error's text, only the error's kind.
 
     With `api_key`, the client's own key never goes up: the key header the client sent (`x-api-key`, Azure's
     `api-key` or `authorization`) carries `api_key` instead (`authorization: Bearer <api_key>`), and a request that
-    sent none gets the one its API family uses (`x-api-key` for Anthropic's, under /v1/messages or with an
+    sent none
+    gets the one its API family uses (`x-api-key` for Anthropic's, under /v1/messages or with an
     `anthropic-version` header; `authorization` otherwise).
 
-    `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` are read once, here, as httpx read them when its client was made. An
-    https upstream is verified as its client says (`http_aiohttp.py`, `http_reqwest.py`): against
-    `SSL_CERT_FILE`/`SSL_CERT_DIR` when one is set, else certifi's bundle (aiohttp, when certifi is installed) or
-    the system's store.
+    `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` are read once, here, as httpx read them when its client was
+    made; an https upstream is verified against `SSL_CERT_FILE`/`SSL_CERT_DIR` when one is set, else certifi's CA
+    bundle when certifi is installed (what httpx used), else the system's store.
     """
 
     def __init__(
-        self,
-        base_url: str,
-        connections: int = 100,
-        error_details: bool = True,
-        api_key: str | None = None,
-        client: ClientName = "auto",
+        self, base_url: str, connections: int = 100, error_details: bool = True, api_key: str | None = None
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"the upstream must be an http(s) URL such as http://localhost:8000/v1, got {base_url!r}")
-        try:
-            parsed = urllib.parse.urlsplit(base_url)
-            parsed.port  # noqa: B018  (raises ValueError for a port that is not one)
-        except ValueError:
-            raise ValueError(f"the upstream must be a base URL with a host and no query, got {base_url!r}") from None
-        if not parsed.hostname or "?" in base_url or "#" in base_url:
+        parsed = URL(base_url)
+        if not parsed.host or parsed.query_string or parsed.fragment:
             raise ValueError(f"the upstream must be a base URL with a host and no query, got {base_url!r}")
-        if "@" in parsed.netloc:
+        if parsed.raw_user is not None or parsed.raw_password is not None:
             # Not echoed: the URL holds a secret. In a URL it would be in every 502 a client reads and in the
             # logs, and aiohttp refuses to send it next to the client's own `authorization`.
             raise ValueError(
                 "the upstream URL must not hold credentials (user:password@): give the key in "
                 "AGENTIC_UPSTREAM_API_KEY instead"
             )
-        if api_key is not None and not (api_key.isascii() and _sendable(api_key)):
-            # Not echoed either. A trailing newline from a secret file is the usual one; sent, a client library
-            # refuses it on every request, and its error would carry the key.
+        if api_key is not None and (not api_key.isascii() or _CONTROL.search(api_key)):
+            # Not echoed either. A trailing newline from a secret file is the usual one; sent, it would split the
+            # header, and a library's error for it would carry the key.
             raise ValueError(
                 "the upstream API key holds a control character (a trailing newline?) or a non-ASCII one: remove it"
             )
+        if re.search(r"[\x00-\x20\x7f]", base_url):  # a parser drops a tab: `127.0.\t0.1:1893` is port 18933 to it
+            raise ValueError(f"the upstream URL holds a control character or a space (write it %20): {base_url!r}")
         self.base_url = base_url.rstrip("/")
-        origin = f"{parsed.scheme}://{parsed.netloc}"
-        base_path = self.base_url[len(origin) :].removesuffix("/v1")
-        self.root = origin + _as_sent(base_path, PATH_SAFE)  # what a client's path is appended to
+        self.root = self.base_url.removesuffix("/v1")  # what a client's path is appended to
         self.connections = connections
         self.error_details = error_details
         self.api_key = api_key
-        self.proxy = env_proxy(parsed.scheme, parsed.hostname)
-        self._model_urls = {path.encode(): self.root + path for path in MODEL_ROUTES}
-        """The upstream URL of each model route's own path, sent as written without a query: the loop calls these
-        paths on every round, so they are checked and parsed once (a path with a query, or written otherwise, is
-        checked and built on each request)."""
-        self.client_name = client_name(client)
-        self.client: HttpClient = make_client(
-            self.client_name, self.base_url.startswith("https://"), self.proxy, connections, self._model_urls.values()
-        )
+        self.proxy = env_proxy(URL(self.root + "/"))
+        self._model_urls = {path.encode(): URL(self.root + path, encoded=True) for path in MODEL_ROUTES}
+        """The upstream URL of each model route's own path, sent as written without a query: built once, as the
+        loop calls these paths on every round (a path with a query, or written otherwise, is checked and built
+        on each request)."""
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            tls = tls_context() if self.base_url.startswith("https://") else True
+            connector = aiohttp.TCPConnector(limit=self.connections, ssl=tls)
+            # No cookie jar: cookies the upstream sets belong to one client and must not go up with another's.
+            # No made-up Content-Type: a request without one goes up without one.
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=TIMEOUT,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("Content-Type",),
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     async def __call__(self, request: Request, route: Route) -> Response:
         return await self._forward(request, route)
@@ -146,44 +147,51 @@ class Upstream:
         if url is None:  # not one of the model routes as written, or with a query: checked and built here
             if not path.startswith(b"/") or _climbs(path):
                 return error_response(route, 400, "the path must be absolute, without '.' or '..' segments")
-            url = self.root + _as_sent(path, PATH_SAFE) + (f"?{_as_sent(query, QUERY_SAFE)}" if query else "")
+            target = self.root + path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
             try:
-                self.client.check(url)
+                url = URL(target, encoded=True)
             except ValueError:
                 return error_response(route, 400, "the path or query is not a valid URL")
         method: str = scope["method"]
-        if method != method.upper():  # a client may send it upper-cased: a method other than the one judged (paths.py)
+        if method != method.upper():  # aiohttp sends it upper-cased: a method other than the one judged (paths.py)
             return error_response(route, 400, f"the method must be in upper case, got {method!r}", "invalid_method")
         try:
             headers = self._headers(scope["headers"], route)
         except UnsendableHeader as error:
-            return error_response(route, 400, str(error), INVALID_HEADER)
+            return error_response(route, 400, str(error), "invalid_header")
         body = await request.body()
         try:
             # No redirect is followed: it would resend the client's credentials to wherever the upstream points.
-            answer = await self.client.send(method, url, headers, body)
-        except UpstreamError as error:
+            answer = await self.session.request(
+                method, url, data=body or None, headers=headers, allow_redirects=False, proxy=self.proxy
+            )
+        except (aiohttp.ClientError, TimeoutError) as error:
             return self._failed(route, url, error)
-        except ValueError:  # what `_headers` did not foresee; the library's text may hold a value: not echoed
-            return error_response(route, 400, "a header value cannot be sent as it came", INVALID_HEADER)
-        returned = answer.headers(RETURNED_HEADERS, RETURNED_PREFIXES)
+        returned = [
+            (lower, value)
+            for name, value in answer.raw_headers
+            if (lower := name.lower()) in RETURNED_HEADERS or lower.startswith(RETURNED_PREFIXES)
+        ]
         if answer.content_type == "text/event-stream":
-            response: Response = StreamingResponse(answer.chunks(), answer.status)
+            response: Response = StreamingResponse(_relay(answer), answer.status)
         else:
             try:
                 content = await answer.read()
-            except UpstreamError as error:
+            except (aiohttp.ClientError, TimeoutError) as error:
                 return self._failed(route, url, error)
+            finally:
+                answer.release()
             response = Response(content, answer.status)
-            if method == "HEAD" and (length := answer.header("content-length")) is not None:
+            if method == "HEAD" and (length := answer.headers.get("content-length")) is not None:
                 response.headers["content-length"] = length  # the length a GET would have had, as HEAD says
         response.raw_headers.extend(returned)  # a repeated header stays repeated
         return response
 
     def _headers(self, raw: list[tuple[bytes, bytes]], route: Route) -> list[tuple[str, str]]:
-        """The client's headers that go up; with an upstream key, the client's key is replaced by it. Raises
-        UnsendableHeader for a value that is not UTF-8 (both clients send values as UTF-8: it would go up as other
-        bytes) or holds a control character (pyreqwest refuses one; ASGI servers refuse CR, LF and NUL before)."""
+        """The client's headers that go up; with an upstream key, the client's key is replaced by it. aiohttp sends
+        a value as UTF-8, so each is read as UTF-8 and goes up as its bytes; one that is not UTF-8 (it would go up
+        as other bytes), or that holds a control character (uvicorn refuses those itself; another server may hand
+        them on), raises UnsendableHeader."""
         forwarded = [(n, v) for n, v in raw if n in FORWARDED_HEADERS or n.startswith(FORWARDED_PREFIXES)]
         if self.api_key is not None:
             sent = {name for name, _ in forwarded if name in KEY_HEADERS}
@@ -203,16 +211,19 @@ class Upstream:
                 text = value.decode()
             except UnicodeDecodeError:
                 raise UnsendableHeader(name) from None
-            if not _sendable(text):
+            if _CONTROL.search(text):
                 raise UnsendableHeader(name)
             headers.append((name.decode("latin-1"), text))
         return headers
 
-    def _failed(self, route: Route, url: str, error: UpstreamError) -> Response:
-        """The upstream could not be reached or broke off: a 502 in the route's own error shape."""
+    def _failed(self, route: Route, url: URL, error: BaseException) -> Response:
+        """The upstream could not be reached or broke off: a 502 in the route's own error shape. The error's text
+        loses any `user:password@` of a URL in it: aiohttp names the proxy's URL, credentials and all, when the
+        proxy refuses or breaks off."""
         if not self.error_details:
-            return error_response(route, 502, f"the upstream failed: {error.kind}", "upstream")
-        return error_response(route, 502, f"upstream {url} failed: {error.kind}: {error}", "upstream")
+            return error_response(route, 502, f"the upstream failed: {type(error).__name__}", "upstream")
+        text = _USERINFO.sub(r"\1", f"{error}")
+        return error_response(route, 502, f"upstream {url} failed: {type(error).__name__}: {text}", "upstream")
 
 
 Family = Literal["anthropic", "openai"]
@@ -279,14 +290,6 @@ def _climbs(path: bytes) -> bool:
     return any(segment.split(";")[0] in (".", "..") for segment in segments)
 
 
-def env_proxy(scheme: str, host: str) -> str | None:
-    """The proxy the environment names for `scheme` (`HTTP_PROXY`, `HTTPS_PROXY`), unless `NO_PROXY` covers `host`."""
-    proxy = urllib.request.getproxies().get(scheme)
-    if proxy is None or urllib.request.proxy_bypass(host):
-        return None
-    return proxy
-
-
 class UnsendableHeader(ValueError):
     """A client's header value that cannot go up as it came; the message names the header, not its value (it may
     be a key)."""
@@ -295,14 +298,35 @@ class UnsendableHeader(ValueError):
         super().__init__(f"the {name.decode('latin-1')} header's value is not UTF-8 text: it cannot go up as it came")
 
 
-def _sendable(value: str) -> bool:
-    """Whether a header value holds no control character but a tab (what HTTP allows in a field value)."""
-    return not _CONTROL.search(value)
-
-
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""A control character but a tab: what an HTTP field value may not hold."""
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]*@")
 
 
-def _as_sent(part: bytes | str, safe: str) -> str:
-    """`part` of a URL with what it may not hold as it is percent-encoded (`PATH_SAFE`); a str is taken as UTF-8."""
-    return urllib.parse.quote(part, safe=safe)
+def env_proxy(url: URL) -> str | None:
+    """The proxy the environment names for `url`'s scheme (`HTTP_PROXY`, `HTTPS_PROXY`), unless `NO_PROXY` covers it."""
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy is None or urllib.request.proxy_bypass(url.host or ""):
+        return None
+    return proxy
+
+
+def tls_context() -> ssl.SSLContext:
+    """The CA store an https upstream is verified against; see `Upstream`."""
+    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context()  # OpenSSL reads both variables for its default paths
+    try:
+        import certifi
+    except ImportError:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+async def _relay(answer: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The upstream's chunks as they come. At the end the connection goes back to the pool; when the stream stops
+    early (the client left, the upstream broke off), `release` closes it instead, so the pool never hands it out."""
+    try:
+        async for chunk in answer.content.iter_any():
+            yield chunk
+    finally:
+        answer.release()
