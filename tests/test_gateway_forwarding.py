@@ -329,3 +329,20 @@ async def test_a_502_through_a_proxy_names_no_proxy_credentials(monkeypatch: pyt
             answer = await client.post("/v1/messages", json={})
     assert answer.status_code == 502
     assert "PROXYSECRET" not in answer.text and "user:" not in answer.text
+
+
+async def test_a_heads_length_is_the_length_of_the_body_a_get_brings_back() -> None:
+    """A GET's body comes back decoded; a HEAD asks for the answer unencoded, so its length is that body's, not the
+    length of what a gzip-encoding upstream would have sent."""
+    from starlette.middleware.gzip import GZipMiddleware
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"data": ["m" * 40] * 100})
+
+    app = Starlette(routes=[Route("/v1/models", models, methods=["GET", "HEAD"])])
+    app.add_middleware(GZipMiddleware, minimum_size=10)
+    async with serving(app) as upstream_url, forwarding(f"{upstream_url}/v1") as client:
+        got = await client.get("/v1/models")
+        head = await client.head("/v1/models")
+    assert (got.status_code, head.status_code) == (200, 200)
+    assert head.headers["content-length"] == str(len(got.content)) != "0"

@@ -159,6 +159,8 @@ class Upstream:
             headers = self._headers(scope["headers"], route)
         except UnsendableHeader as error:
             return error_response(route, 400, str(error), "invalid_header")
+        if method == "HEAD":  # the answer's length unencoded, as a GET's body comes back (decoded)
+            headers.append(("accept-encoding", "identity"))
         body = await request.body()
         try:
             # No redirect is followed: it would resend the client's credentials to wherever the upstream points.
