@@ -292,7 +292,7 @@ def test_a_chunk_whose_string_holds_escaped_quotes_and_backslashes_is_taken_unre
     for piece in spelled:
         chunk = content_chunk(events[3], piece)
         assert relay.pass_on(chunk) is chunk
-    assert bytes(relay.lane_text) == before + b"".join(b'"' + piece + b'"}' for piece in spelled)
+    assert bytes(relay.lane_text) == before + b"".join(piece + b'","' for piece in spelled)
 
 
 @pytest.mark.parametrize("include_usage", [True, False])

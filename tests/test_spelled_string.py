@@ -9,7 +9,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentic_middleware.surfaces import SPELLED_STRING, Spelled
+from agentic_middleware.surfaces import SPELLED_STRING
 
 BACKTRACKING = rb'[^"\\\x00-\x1f]*(?:\\[^\x00-\x1f][^"\\\x00-\x1f]*)*"'
 # The bytes that decide a match, with some that do not: quotes, backslashes, control characters, the event's end.
@@ -32,14 +32,3 @@ def test_plain_text_an_escaped_quote_and_a_raw_line_end() -> None:
     assert match(b'hello"}}').end() == 6  # type: ignore[union-attr]
     assert match(rb'say \"hi\""}}').end() == 11  # type: ignore[union-attr]
     assert match(b'a\nb"') is None and match(rb"ends in \"") is None
-
-
-@given(st.lists(st.sampled_from(['"}', '"', "}", "\\", '\\"}', "a", "é", "\U0001f600", "\n", "", '"}"'])))
-def test_a_spelled_string_reads_as_its_pieces_joined(pieces: list[str]) -> None:
-    """`Spelled` keeps each piece as its JSON string and a brace (`"a"}`): a piece whose text ends in a quote and a
-    brace, or holds a separator's bytes escaped, is read as itself, whichever way the pieces are read (one string, or
-    an array where an escape could be taken for a separator)."""
-    spelled = Spelled()
-    for piece in pieces:
-        spelled.add(piece)
-    assert str(spelled) == "".join(pieces)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
@@ -84,45 +83,36 @@ PADDED_END = b'"}\n\n'  # how an OpenAI event that ends in its `obfuscation` pad
 
 
 class Spelled(bytearray):
-    """A string that arrives in pieces, kept as the JSON strings that spelled them, each with its quotes and followed
-    by a `}` (`"a"}"b"}`), and read once, when joined: each piece is read as the client's SDK reads it, on its own.
-    A piece that came as JSON is kept as it was spelled (`MessagesRelay.pass_on`), so that its text costs nothing
-    until its block ends, provided it is spelled as `SPELLED_STRING` takes it: then every escape in it is whole but a
-    `\\u` one (four digits). The `}` is what follows a Messages delta's string in its event: the lane keeps the
-    piece in one slice of the chunk, from its string's opening quote to that brace (one copy a delta fewer than the
-    string and a separator apart: about 2% of what the lane adds, `python -m benchmarks.callgrind messages`). Where
-    no piece holds an escaped quote, every quote is a piece's own, so the pieces are read as one string once the
-    separators (`"}"`) are taken out; where one does (`\\"}` then a quote would look like one), where a `\\u`
-    escape may be cut between two pieces, or where the first piece is `}` (its quotes and text spell a separator), as
-    one JSON array, each piece an item (told apart by reading the escapes:
-    `_PIECE`; which holds an object for each piece until joined). A character's UTF-8 may be cut between two pieces
-    too (the client's SDK decodes each event's line on its own, and raises on it): the separators, kept in the
-    one-string reading's bytes until then, make such a cut invalid UTF-8, which is checked first. One that cannot be
-    read fails when joined (`str` raises `ValueError`): the block's text is not known."""
+    """A string that arrives in pieces, kept as the JSON strings that spelled them, without their quotes and each
+    followed by `","` (`a","b","`), and read once, when joined: each piece is read as the client's SDK reads it, on
+    its own. A piece that came as JSON is kept as it was spelled (`MessagesRelay.pass_on`), so that its text costs
+    nothing until its block ends, provided it is spelled as `SPELLED_STRING` takes it: then every escape in it is
+    whole but a `\\u` one (four digits). Where no piece holds an escaped quote, every quote is a separator's, so
+    the pieces are read as one string once the separators are taken out; where one does (`\\"` then a comma would
+    look like one), or where a `\\u` escape may be cut between two pieces, as one JSON array, each piece an item
+    (which holds an object for each piece until joined). A character's UTF-8 may be cut between two pieces too (the
+    client's SDK decodes each event's line on its own, and raises on it): the separators, kept in the one-string
+    reading's bytes until then, make such a cut invalid UTF-8, which is checked first. One that cannot be read fails
+    when joined (`str` raises `ValueError`): the block's text is not known."""
 
     __slots__ = ()
 
     def add(self, piece: str) -> None:
-        self += orjson.dumps(piece)
-        self += b"}"
+        self += orjson.dumps(piece)[1:-1]
+        self += b'","'
 
     def __str__(self) -> str:
         if not self:
             return ""
-        # A first piece `}` begins with what a separator spells (`"}"}`): it is read as an array too.
-        if self.find(b'\\"') >= 0 or self.find(b"\\u") >= 0 or self.startswith(b'"}"'):
-            return "".join(orjson.loads(b"[" + _PIECE.sub(rb'"\1",', self)[:-1] + b"]"))
+        if self.find(b'\\"') >= 0 or self.find(b"\\u") >= 0:
+            return "".join(orjson.loads(b'["' + self[:-3] + b'"]'))
         if not self.isascii():
             self.decode()  # each piece UTF-8 on its own: a character cut between two is none (`UnicodeDecodeError`)
-        whole = self.replace(b'"}"', b"")
-        del whole[-1]  # the last piece's `}`: what is left is the pieces' text as one JSON string
+        whole = self.replace(b'","', b"")
+        whole.insert(0, 34)  # the quotes around it
+        whole.append(34)
         text: str = orjson.loads(whole)
         return text
-
-
-_PIECE = re.compile(rb'"((?:[^"\\]|\\.)*+)"}', re.DOTALL)
-"""One piece of a `Spelled`, its escapes read (a backslash takes the byte after it), so that an escaped quote before
-a `}` is not taken for a piece's end."""
 
 
 class StreamRelay(ABC):

@@ -148,7 +148,8 @@ class ChatRelay(StreamRelay):
         elif chunk[end:] != tail:
             return None
         text = self.lane_text
-        text += chunk[size - 1 : end + 2]  # as `Spelled` keeps it: the string with its quotes, and the delta's `}`
+        text += chunk[size:end]  # as `Spelled` keeps it
+        text += b'","'
         client = self.lane_client
         if client is None:
             return chunk

@@ -108,7 +108,8 @@ class MessagesRelay(StreamRelay):
         size = self.lane_size
         if chunk[:size] == self.lane and STRING_TO_THE_END(chunk, size) is not None:
             text = self.lane_text
-            text += chunk[size - 1 : -3]  # as `Spelled` keeps it: from the string's opening quote to the next brace
+            text += chunk[size:-5]  # as `Spelled` keeps it
+            text += b'","'
             passed = self.lane_moved + chunk[size:] if self.base else chunk
             if self.holding:  # only a call's lane is open then: its block started the holding, or came after it
                 self.held.append(passed)  # type: ignore[union-attr]  # a list: `out` held the block's start

@@ -118,8 +118,8 @@ class TextLane:
         if end < 0:
             return None
         kept = self.lane_text
-        kept += chunk[text - 1 : end + 1]  # as `Spelled` keeps it (the string with its quotes), to be read when the
-        kept += b"}"  # part is done
+        kept += chunk[text:end]  # as `Spelled` keeps it, to be read when the part is done
+        kept += b'","'
         app, emit = self.app_next, self.emit
         ours = emit.next
         self.app_next, emit.next = app + 1, ours + 1
