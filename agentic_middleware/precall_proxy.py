@@ -25,6 +25,7 @@ which here the client writes: both are refused when the middleware is built (`ch
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -54,9 +55,7 @@ SERVER_KWARGS = (
 REQUEST_EVENTS = ("pre_call", "during_call")
 
 
-_PROXY_CACHE: list[Any] = []  # the one `proxy_cache`, once made (None where LiteLLM is not installed)
-
-
+@functools.cache
 def proxy_cache() -> Any:
     """The `cache` the proxy's `async_pre_call_hook` is given: one `litellm.caching.DualCache` for the process, as
     LiteLLM's proxy gives every hook its module-wide `user_api_key_cache` (a `DualCache`), shared by every request,
@@ -64,15 +63,12 @@ def proxy_cache() -> Any:
     into it (the proxy's cached keys are not in it). None where LiteLLM cannot be imported: a hook that needs it
     was written for LiteLLM, which it imports. Made when the middleware is built (`check_guardrail`), so that a
     first import of LiteLLM is paid at start-up, not by a request."""
-    if not _PROXY_CACHE:
-        try:
-            from litellm.caching.dual_cache import DualCache
-        except ImportError:
-            _PROXY_CACHE.append(None)
-        else:
-            # The proxy's in-memory lifetime for its `user_api_key_cache` (UserAPIKeyCacheTTLEnum): 60 s.
-            _PROXY_CACHE.append(DualCache(default_in_memory_ttl=60))
-    return _PROXY_CACHE[0]
+    try:
+        from litellm.caching.dual_cache import DualCache
+    except ImportError:
+        return None
+    # The proxy's in-memory lifetime for its `user_api_key_cache` (UserAPIKeyCacheTTLEnum): 60 s.
+    return DualCache(default_in_memory_ttl=60)
 
 
 def method_for(hook: BoundHook, event: str) -> str | None:

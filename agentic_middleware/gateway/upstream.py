@@ -303,6 +303,7 @@ class UnsendableHeader(ValueError):
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 """A control character but a tab: what an HTTP field value may not hold."""
 _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]*@")
+"""A URL's `user:password@` in an error's text (`_failed` keeps the scheme and drops the rest)."""
 
 
 def env_proxy(url: URL) -> str | None:

@@ -47,7 +47,8 @@ def tool_name(value: Any) -> str | None:
     `function` or `custom` (Chat); a reader that prefers one place runs a call another judged by the other. So every
     place a name may stand is read, and names that disagree (or one that is not a non-empty string) give None: such a
     call or tool is no one's, which a policy that judges names refuses (fail closed). `None` in a place is no name."""
-    if type(value) is dict or type(value) is JSONObject:  # the common case, read in C: a name at the top alone
+    # The common case, read in C: a name at the top alone, no holder of `_NAME_HOLDERS` beside it.
+    if type(value) is dict or type(value) is JSONObject:
         name = dict.get(value, "name")
         if dict.get(value, "function") is None and dict.get(value, "custom") is None:
             return name if isinstance(name, str) and name else None
