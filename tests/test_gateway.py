@@ -266,6 +266,33 @@ async def test_an_upstream_that_breaks_off_mid_body_is_a_502() -> None:
     assert "failed" in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    "status_line",
+    [b"HTTP/1.1 999 Weird", b"HTTP/1.1 101 Switching Protocols", b"HTTP/1.1 600 Beyond"],
+    ids=["999", "101", "600"],
+)
+@pytest.mark.parametrize("route", ["/v1/messages", "/v1/models"])
+async def test_an_upstream_status_no_client_can_be_given_is_a_502(status_line: bytes, route: str) -> None:
+    """uvicorn answers only the final statuses 200 to 599 (it has a status line for 100-599, and a 1xx is no final
+    answer): relayed, a 999 or a 101 broke the gateway's reply off and the client got an empty one. Under uvicorn,
+    as a client meets it, a model route and a forwarded path both answer a 502 in the route's shape instead."""
+    reply = status_line + b"\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+    async with raw_upstream(reply) as upstream_url:
+        forwarding = Upstream(upstream_url)
+        async with serving(model_app(forwarding)) as url, httpx.AsyncClient(base_url=url) as client:
+            if route == "/v1/models":
+                response = await client.get(route)
+            else:
+                response = await client.post(route, json={"model": "m", "max_tokens": 5, "messages": []})
+        await forwarding.aclose()
+    assert response.status_code == 502
+    status = status_line.split()[1].decode()
+    error = response.json()["error"]
+    assert error["message"] == f"the upstream answered with status {status}, which is no final HTTP status"
+    if route == "/v1/messages":
+        assert response.json()["type"] == "error" and error["type"] == "api_error"
+
+
 @pytest.mark.parametrize("path", PATHS)
 async def test_a_stream_is_forwarded_chunk_by_chunk(path: str) -> None:
     """The upstream mode's model app streams what the upstream streams (a stream no hook takes part in)."""

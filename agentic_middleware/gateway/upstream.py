@@ -9,7 +9,8 @@ so no client climbs out of a base such as `https://host/openai/v1`. The client's
 headers go up as they are (a repeated header stays repeated, a missing one stays missing), unless the operator gives
 an upstream key, which replaces the client's (see `Upstream`); the upstream's status, body and the headers a client
 of the API reads (content-type, request ids, retry and rate-limit headers) come back as they are, errors and
-redirects included, and a stream comes back chunk by chunk.
+redirects included, and a stream comes back chunk by chunk. A status that is no final HTTP status (not 200 to 599:
+a 101, a 999), which uvicorn cannot answer (the client got an empty reply), is a 502 in the route's shape instead.
 
 The client is `aiohttp`: measured side by side against the same upstream (`python -m benchmarks --case 5`), a POST
 costs it about a third of the CPU of httpx over the `httpx-aiohttp` transport and a tenth of plain httpx's, and a
@@ -169,6 +170,10 @@ class Upstream:
             )
         except (aiohttp.ClientError, TimeoutError) as error:
             return self._failed(route, url, error)
+        if not 200 <= answer.status <= 599:  # what uvicorn can answer: relayed, a 999 or a 101 ends in no reply
+            answer.close()  # not back to the pool: after a 101 the connection speaks another protocol
+            message = f"the upstream answered with status {answer.status}, which is no final HTTP status"
+            return error_response(route, 502, message, "upstream")
         returned = [
             (lower, value)
             for name, value in answer.raw_headers
