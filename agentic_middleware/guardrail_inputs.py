@@ -34,7 +34,7 @@ import orjson
 from .guardrail_texts import extra_slots
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
-from .guardrail_walk import KeyOf, Slot, check_depth, merged_keys, rename_keys, unreadable
+from .guardrail_walk import KeyOf, Slot, check_depth, refuse_merged_keys, rename_keys, unreadable
 from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
@@ -152,6 +152,8 @@ class GuardrailView:
         ]
         renamed: dict[int, KeyOf] = {}
         for (holder, key), text in zip(slots, returned, strict=True):
+            if key == "arguments" and isinstance(holder, dict):  # an mcp_approval_request's, JSON as a call's are
+                refuse_merged_keys(holder[key], text)
             holder[key] = text
             if isinstance(holder, KeyOf):
                 renamed[id(holder)] = holder
@@ -170,11 +172,7 @@ class GuardrailView:
         for (holder, key), call, given in pairs:
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
-            sent = _called_with(call)
-            if isinstance(sent, str) and sent != _called_with(given):  # its edit: no two keys made one
-                merged = merged_keys(sent)
-                if merged is not None:
-                    raise merged
+            refuse_merged_keys(_called_with(given), _called_with(call))  # its edit: no two keys made one
             if self.api_surface == "chat_completions":
                 legacy = key == "function_call"
                 holder[key] = function if legacy and isinstance(call, dict) else call
@@ -208,7 +206,7 @@ def _called_with(call: Any) -> Any:
 
     A custom tool's input is free text, but text that is JSON may be read as JSON (by the tool that takes it, or an
     app that maps the call onto a function call), keeping one of two values a mask named alike: so an edit of it
-    merging two keys is refused as for `arguments` (`merged_keys`; text that is not JSON has no keys to merge),
+    merging two keys is refused as for `arguments` (`refuse_merged_keys`; text that is not JSON has no keys to merge),
     on Chat as the same input already was on Responses."""
     if not isinstance(call, dict):
         return None

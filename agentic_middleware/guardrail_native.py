@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .guardrail_walk import Slot, every_string, read_fields, rest_slots, string_slot, unreadable
+from .guardrail_walk import Slot, every_string, plain, read_fields, rest_slots, string_slot, unreadable
 from .native import encode_text, read_text
 
 # A result's fields the next turn gives the model as text (format_sources), `encrypted_content` decoded.
@@ -71,7 +71,7 @@ def citation_slots(part: dict[str, Any]) -> Iterator[Slot]:
             raise unreadable(f"a citation that is {type(citation).__name__}")
         for key in _CITATION_FIELDS:
             yield from string_slot(citation, key)
-        if not _CITATION_READ.issuperset(citation):
+        if not plain(citation, _CITATION_READ):
             yield from rest_slots(citation, _CITATION_READ)
 
 
@@ -85,15 +85,15 @@ def block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
             raise unreadable(f"a server_tool_use input that is {type(given).__name__}")
         yield from every_string(given or {})
         yield from string_slot(block, "name")
-        if not _QUERY_READ.issuperset(block):
+        if not plain(block, _QUERY_READ):
             yield from rest_slots(block, _QUERY_READ)
     elif kind == "web_search_tool_result" and not skip_tool:
         content = block.get("content")
-        if not _RESULTS_READ.issuperset(block):
+        if not plain(block, _RESULTS_READ):
             yield from rest_slots(block, _RESULTS_READ)
         if isinstance(content, dict):
             yield from string_slot(content, "error_code")
-            if not _ERROR_READ.issuperset(content):
+            if not plain(content, _ERROR_READ):
                 yield from rest_slots(content, _ERROR_READ)
         elif isinstance(content, list):
             yield from _results(content)
@@ -115,9 +115,9 @@ def web_search_call_slots(item: dict[str, Any], skip_tool: bool) -> Iterator[Slo
         if not isinstance(query, str):
             raise unreadable(f"a query that is {type(query).__name__}")
         yield queries, index
-    if not _ACTION_READ.issuperset(action):
+    if not plain(action, _ACTION_READ):
         yield from rest_slots(action, _ACTION_READ)
-    if not _SEARCH_CALL_READ.issuperset(item):
+    if not plain(item, _SEARCH_CALL_READ):
         yield from rest_slots(item, _SEARCH_CALL_READ)
     if skip_tool:
         return
@@ -125,7 +125,7 @@ def web_search_call_slots(item: dict[str, Any], skip_tool: bool) -> Iterator[Slo
         if not isinstance(source, dict):
             raise unreadable(f"a source that is {type(source).__name__}")
         yield from string_slot(source, "url")
-        if not _SOURCE_READ.issuperset(source):
+        if not plain(source, _SOURCE_READ):
             yield from rest_slots(source, _SOURCE_READ)
     yield from _results(_listed(item, "results"))
 
@@ -144,7 +144,7 @@ def _results(results: list[Any]) -> Iterator[Slot]:
             raise unreadable(f"a search result that is {type(result).__name__}")
         for key in _RESULT_FIELDS:
             yield from string_slot(result, key)
-        if not _RESULT_READ.issuperset(result):
+        if not plain(result, _RESULT_READ):
             yield from rest_slots(result, _RESULT_READ)
         content = result.get("encrypted_content")
         if isinstance(content, str):

@@ -11,10 +11,12 @@ Each is walked by `guardrail_walk.strings`: every string but its ids, so a field
 and every key, at any depth, but the APIs' own names of the records' fields (`RECORD_FIELDS`), so a word a client
 writes only in a key it made up (`{"type": "code_execution_tool_result", ..., "<word>": 1}`) is judged as on a block
 no reader knows, its mask written back as a rename.
-What is left out is what no guardrail can read as words: a code result's `encrypted_stdout` (Anthropic's, which
-only Anthropic decrypts) and a compaction's `encrypted_content` (OpenAI's). An image generation's `result` and a
-computer call's screenshot are left out only where they hold an image (a data URL, or base64 of an image's bytes):
-other strings there are given; of a code interpreter's image output only its `url` is left out.
+What is left out is what no guardrail can read as words, only where the API puts it and while it is what the API
+puts there: a compaction's `encrypted_content` (OpenAI's) while it is one token (`guardrail_walk.fixed`), an image
+generation's `result`, a computer call's screenshot and a code interpreter's image output's `url` while they hold
+an image (a data URL, or base64 of an image's bytes). Other strings there are given, and so is an
+`encrypted_stdout` anywhere but in a code execution result's `content` (where Anthropic puts it, given too: the
+walk gives every string deeper than a record's own level).
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .guardrail_walk import HARMLESS, Slot, image_slots, read_fields, rest_slots, string_slot, strings, unreadable
+from .guardrail_walk import (
+    HARMLESS,
+    Slot,
+    image_slots,
+    plain,
+    read_fields,
+    rest_slots,
+    string_slot,
+    strings,
+    unreadable,
+)
 
 _NONE: frozenset[str] = frozenset()
 
@@ -30,7 +42,7 @@ _NONE: frozenset[str] = frozenset()
 # with `skip_tool_message_in_guardrail`, as a `tool_result` is), a call is not.
 MESSAGES_RECORDS: dict[str, frozenset[str]] = {
     "mcp_tool_use": _NONE,
-    "code_execution_tool_result": frozenset(("encrypted_stdout",)),
+    "code_execution_tool_result": _NONE,
     "bash_code_execution_tool_result": _NONE,
     "text_editor_code_execution_tool_result": _NONE,
     "tool_search_tool_result": _NONE,
@@ -52,7 +64,7 @@ RESPONSES_RECORDS: dict[str, frozenset[str]] = {
     "mcp_list_tools": _NONE,
     "mcp_approval_request": _NONE,
     "mcp_approval_response": _NONE,
-    "compaction": frozenset(("encrypted_content",)),
+    "compaction": _NONE,  # its `encrypted_content`, while one token, is left out as an id is (`fixed`)
     "item_reference": _NONE,
 }
 
@@ -101,9 +113,13 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
         for output in outputs or ():
             if not isinstance(output, dict):
                 raise unreadable(f"a code_interpreter_call output that is {type(output).__name__}")
-            # an image's `url` is the image (left out); anything else in it is given
-            yield from strings(output, _IMAGE_URL if output.get("type") == "image" else _NONE, named=RECORD_FIELDS)
-        if not _CODE_READ.issuperset(item):
+            if output.get("type") != "image":
+                yield from strings(output, named=RECORD_FIELDS)
+                continue
+            # an image's `url` is left out while it is an image (a URL of words is given); the rest of it is given
+            yield from strings(output, _IMAGE_URL, named=RECORD_FIELDS)
+            yield from image_slots(output, "url")
+        if not plain(item, _CODE_READ):
             yield from rest_slots(item, _CODE_READ)
         return
     image = _IMAGES.get(kind)
@@ -129,5 +145,5 @@ def mcp_call_slots(item: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
             yield item, "error"
         elif error is not None:
             yield from strings(error, named=RECORD_FIELDS)
-    if not _MCP_CALL_READ.issuperset(item):
+    if not plain(item, _MCP_CALL_READ):
         yield from rest_slots(item, _MCP_CALL_READ)

@@ -24,9 +24,9 @@ from .guardrail_records import (
     responses_record_slots,
 )
 from .guardrail_walk import (
-    API_FIELDS,
     Slot,
     every_string,
+    plain,
     read_fields,
     rest_slots,
     string_slot,
@@ -59,7 +59,8 @@ _OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
 # What a reader reads of each known message, block, part or item, or leaves out on purpose: the rest of its fields
 # are walked (rest_slots), so that words a client puts in a field no reader names are judged all the same. Left
 # out on purpose: bytes (a source's or a file's `data`, a media type), a Chat message's `audio` (an id) and
-# LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_walk.HARMLESS) everywhere.
+# LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_walk.HARMLESS) everywhere, while
+# they hold what the API puts there (guardrail_walk.fixed).
 _MESSAGE_READ = {
     "anthropic_messages": read_fields("role", "content"),
     "chat_completions": read_fields(
@@ -78,8 +79,6 @@ _FILE_READ = read_fields("file_data")
 _CHAT_FILE_READ = read_fields("file")
 _REASONING_READ = read_fields("summary", "content", "encrypted_content")
 _OUTPUT_READ = read_fields("output")
-# The words of roles: any other role is given, as a word a lenient app may show (a role no API has).
-_ROLES = frozenset(("user", "assistant", "system", "developer", "tool", "function"))
 
 
 def _kind(holder: dict[str, Any]) -> str | None:
@@ -141,28 +140,8 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
                     yield from _block_slots(block, skip_tool)
                 else:
                     yield from _part_slots(block)
-        if not _plain(message, read):
-            yield from _message_rest(message, read)
-
-
-def _message_rest(message: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
-    """A message's fields no reader names (a `name`, fields a client made up), and its role when it is none of
-    the APIs' roles: words a lenient app may show the model. Called only for a message that has either
-    (`_plain`): an ordinary one starts no walk."""
-    said = message.get("role")
-    if isinstance(said, str):
-        if said not in _ROLES:
-            yield message, "role"
-    elif said is not None:
-        yield from every_string(said, 1, API_FIELDS)
-    if not read.issuperset(message):
-        yield from rest_slots(message, read)
-
-
-def _plain(message: dict[str, Any], read: frozenset[str]) -> bool:
-    """Whether a message has only the fields its reader reads, and a role of the APIs' (or none)."""
-    said = message.get("role")
-    return read.issuperset(message) and (said is None or (isinstance(said, str) and said in _ROLES))
+        if not plain(message, read):
+            yield from rest_slots(message, read)  # a `name`, a role no API has
 
 
 def extra_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
@@ -216,10 +195,10 @@ def _block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
             yield from _web_fetch_slots(block)
         else:
             yield from _content_slots(block, "content")
-        if not _CONTENT_READ.issuperset(block):  # a tool_result's `is_error` that is not a boolean, say
+        if not plain(block, _CONTENT_READ):  # a tool_result's `is_error` that is not a boolean, say
             yield from rest_slots(block, _CONTENT_READ)
     elif kind == "tool_use":  # its name and input are among the `tool_calls` (guardrail_inputs.py)
-        if not _CALL_READ.issuperset(block):
+        if not plain(block, _CALL_READ):
             yield from rest_slots(block, _CALL_READ)
     elif kind in _NATIVE_BLOCKS:
         yield from block_slots(block, skip_tool)  # a native record's words (guardrail_native.py)
@@ -242,7 +221,7 @@ def _web_fetch_slots(block: dict[str, Any]) -> Iterator[Slot]:
         return
     for key in ("url", "retrieved_at", "error_code"):
         yield from string_slot(content, key)
-    if not _FETCHED_READ.issuperset(content):
+    if not plain(content, _FETCHED_READ):
         yield from rest_slots(content, _FETCHED_READ)
     document = content.get("content")
     if isinstance(document, dict):
@@ -284,7 +263,7 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
         if annotations is not None and not isinstance(annotations, list):
             raise unreadable(f"annotations that are {type(annotations).__name__}")
         yield from strings(annotations)
-        if not _TEXT_READ.issuperset(part):  # a Responses text's `logprobs` tokens, fields made up
+        if not plain(part, _TEXT_READ):  # a Responses text's `logprobs` tokens, fields made up
             yield from rest_slots(part, _TEXT_READ)
     elif kind in ("document", "search_result"):
         yield from string_slot(part, "title")
@@ -300,27 +279,27 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
                 yield from unknown_slots(source)
                 source = None
             # a URL source's `url`; a base64 source's bytes are not words
-            if isinstance(source, dict) and not _SOURCE_READ.issuperset(source):
+            if isinstance(source, dict) and not plain(source, _SOURCE_READ):
                 yield from rest_slots(source, _SOURCE_READ)
-            if not _DOCUMENT_READ.issuperset(part):  # its `citations` setting too
+            if not plain(part, _DOCUMENT_READ):  # its `citations` setting too
                 yield from rest_slots(part, _DOCUMENT_READ)
         else:
             yield from string_slot(part, "source")
             yield from _content_slots(part, "content")
-            if not _SEARCH_RESULT_READ.issuperset(part):
+            if not plain(part, _SEARCH_RESULT_READ):
                 yield from rest_slots(part, _SEARCH_RESULT_READ)
     elif kind == "tool_result":
         yield from _content_slots(part, "content")
-        if not _CONTENT_READ.issuperset(part):
+        if not plain(part, _CONTENT_READ):
             yield from rest_slots(part, _CONTENT_READ)
     elif kind == "input_file":  # its name and URL are words; its bytes are not
-        if not _FILE_READ.issuperset(part):
+        if not plain(part, _FILE_READ):
             yield from rest_slots(part, _FILE_READ)
     elif kind == "file":  # Chat's: the same, one level down
         file = part.get("file")
-        if isinstance(file, dict) and not _FILE_READ.issuperset(file):
+        if isinstance(file, dict) and not plain(file, _FILE_READ):
             yield from rest_slots(file, _FILE_READ)
-        if not _CHAT_FILE_READ.issuperset(part):
+        if not plain(part, _CHAT_FILE_READ):
             yield from rest_slots(part, _CHAT_FILE_READ)
     elif kind not in _OPAQUE_PARTS:
         yield from unknown_slots(part)
@@ -344,12 +323,12 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
             continue
         if kind == "message" or (kind is None and "role" in item):
             yield from _content_slots(item, "content")
-            if not _plain(item, _MESSAGE_READ["responses"]):
-                yield from _message_rest(item, _MESSAGE_READ["responses"])
+            if not plain(item, _MESSAGE_READ["responses"]):
+                yield from rest_slots(item, _MESSAGE_READ["responses"])
         elif kind == "reasoning":  # its summary (and its text, when sent) are words the app may show the model
             yield from _content_slots(item, "summary")
             yield from _content_slots(item, "content")
-            if not _REASONING_READ.issuperset(item):
+            if not plain(item, _REASONING_READ):
                 yield from rest_slots(item, _REASONING_READ)
         elif kind == "web_search_call":  # a native search's record (guardrail_native.py)
             yield from web_search_call_slots(item, skip_tool)
@@ -357,12 +336,12 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
             yield from mcp_call_slots(item, skip_tool)
         elif kind in _OUTPUTS:
             yield from _content_slots(item, "output")
-            if not _OUTPUT_READ.issuperset(item):
+            if not plain(item, _OUTPUT_READ):
                 yield from rest_slots(item, _OUTPUT_READ)
         elif isinstance(kind, str) and kind in RESPONSES_RECORDS:
             yield from responses_record_slots(item)
         elif kind in _CALLS:  # its name and arguments are among the `tool_calls`
-            if not _CALL_READ.issuperset(item):
+            if not plain(item, _CALL_READ):
                 yield from rest_slots(item, _CALL_READ)
         else:  # an item of a type no reader knows (or none, and no role): given whole
             yield from unknown_slots(item)

@@ -12,7 +12,12 @@ that its reader does not name are given keys and all, but the APIs' own names (`
 Each string is given as a slot, `(container, key)`, so a guardrail's edit is written back where the string came
 from; a key's slot (`KeyOf`) renames the key in place, keeping the object's order, each object rebuilt once
 for all its renamed keys (`rename_keys`); a guardrail's edit of a tool call's arguments that would make two keys
-one is refused as a rename onto a kept key is (`merged_keys`).
+one is refused as a rename onto a kept key is (`refuse_merged_keys`).
+
+The fields taken for ids and fixed words (`HARMLESS`, and an encrypted content) are left out only while they hold
+what the API puts there (`fixed`): an id, a type or a signature that is one token, a role or status of the APIs'
+words, cache settings and a caller of the API's shape. Anything else in them (free text, an object a client
+made up) is given as a field no reader names is.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -50,6 +56,49 @@ HARMLESS = frozenset(
         "caller",
     )
 )
+
+# The roles of the APIs' messages, and the statuses of the Responses items (read from the openai SDK's types; no
+# Messages block has one): the fixed words a `role` or `status` holds. Any other word there is given (`fixed`).
+ROLES = frozenset(("user", "assistant", "system", "developer", "tool", "function"))
+STATUSES = frozenset(
+    ("in_progress", "completed", "incomplete", "failed", "searching", "interpreting", "generating", "calling")
+)
+# What an id, a type, a signature or an encrypted content of the APIs is made of: one token of ASCII letters,
+# digits and `_-.:+/=`. Anthropic's ids match `^[a-zA-Z0-9_-]+$` (its API's own pattern); OpenAI's are `call_…`,
+# `fc_…`, `msg_…`, `rs_…`, `file-…`; LiteLLM's Gemini tool call ids carry a base64 thought signature after
+# `__thought__`, and some providers' ids are `functions.name:0`; signatures and encrypted contents are base64
+# (standard or URL-safe) or, ours, `amw1.` and base64. Free text (a space, other punctuation, a letter beyond
+# ASCII) is not one, and is given; a single word of these characters can not be told from an id, and is not.
+_TOKEN = re.compile(r"[A-Za-z0-9_.:+/=-]*")
+# The settings objects the APIs put in `cache_control` (`{"type": "ephemeral", "ttl": "5m"}`) and a Messages
+# tool call's `caller` (`{"type": "code_execution_20250825", "tool_id": "srvtoolu_…"}`): their keys, each value a
+# token. An object with any other key, or a value not a token, is given, keys and all.
+_SETTINGS = {"cache_control": frozenset(("type", "ttl")), "caller": frozenset(("type", "tool_id"))}
+# The fields left out only while they hold what the API puts there (`fixed`), where a reader reads a known block,
+# part, message or item (`plain`, `rest_slots`): its type is the reader's own word, left out whatever it holds.
+CHECKED = HARMLESS.union(("encrypted_content",))
+_CHECKED_REST = CHECKED.difference(("type",))
+
+
+def fixed(key: str, value: Any) -> bool:
+    """Whether the value of a field taken for an id or a fixed word (`CHECKED`) is what the API puts there, and so
+    no words: left out. A free-text id or status, a role none of the APIs has, an object in an id, or cache
+    settings with a key the API does not have, are words a client wrote where a lenient app may show them."""
+    if isinstance(value, str):
+        if key == "role":
+            return value in ROLES
+        if key == "status":
+            return value in STATUSES
+        return key not in _SETTINGS and _TOKEN.fullmatch(value) is not None
+    if isinstance(value, dict):
+        names = _SETTINGS.get(key)
+        return (
+            names is not None
+            and names.issuperset(value)
+            and all(isinstance(inner, str) and _TOKEN.fullmatch(inner) for inner in value.values())
+        )
+    return not isinstance(value, list)  # a number, a boolean, null: no words
+
 
 # The names the APIs give the fields of their known blocks, parts, messages and items (and of the objects within
 # them, a citation, a logprob) that a reader does not read: where `rest_slots` walks such a field its name is not
@@ -187,13 +236,16 @@ def rename_keys(objects: Iterable[KeyOf]) -> None:
         keys.renames.clear()
 
 
-def merged_keys(text: str) -> RequestRefused | None:
-    """The refusal of a guardrail's edit of a tool call's arguments whose JSON names a key twice in one object (a
-    mask of `{"pineapple": 1, "masked": 2}`), else None (None too for text that is not JSON: no keys to merge).
+def refuse_merged_keys(given: Any, sent: Any) -> None:
+    """Refuses a guardrail's edit of a call's arguments (`sent`, where it was given `given`) whose JSON names a key
+    twice in one object (a mask of `{"pineapple": 1, "masked": 2}`); text that is not JSON has no keys to merge.
 
     Read back into a Messages `tool_use.input` such an object keeps one of the values, and sent up as Chat's or
-    Responses' `arguments` string the app's parser does the same: a value lost as `rename_keys` refuses to lose
-    one. Found with the standard parser, which hands over each object's pairs before it makes a dict of them."""
+    Responses' `arguments` string (a tool call's, or an `mcp_approval_request`'s among the texts) the app's parser
+    does the same: a value lost as `rename_keys` refuses to lose one. Found with the standard parser, which hands
+    over each object's pairs before it makes a dict of them."""
+    if not isinstance(sent, str) or sent == given:
+        return
 
     def pairs(entries: list[tuple[str, Any]]) -> dict[str, Any]:
         made = dict(entries)
@@ -206,18 +258,18 @@ def merged_keys(text: str) -> RequestRefused | None:
         return made
 
     try:
-        json.loads(text, object_pairs_hook=pairs)
+        json.loads(sent, object_pairs_hook=pairs)
     except _Merged as merged:
-        return RequestRefused(f"a guardrail's edit would merge two keys of an object (onto {merged.args[0]!r})")
+        name = merged.args[0]
+        raise RequestRefused(f"a guardrail's edit would merge two keys of an object (onto {name!r})") from None
     except RecursionError:  # nested past what the parser can check: refused, not passed on unchecked
-        return RequestRefused("a guardrail's edit of a tool call is nested too deep to check for merged keys")
+        raise RequestRefused("a guardrail's edit of a tool call is nested too deep to check for merged keys") from None
     except ValueError:
         pass
-    return None
 
 
 class _Merged(Exception):
-    """A key found twice in one object, raised out of the parser (`merged_keys`)."""
+    """A key found twice in one object, raised out of the parser (`refuse_merged_keys`)."""
 
 
 def strings(
@@ -232,9 +284,11 @@ def strings(
     other key at any depth, a key's slot after its value's: a name a client made up, which a lenient app may show
     the model as it shows the record.
 
-    Ids, types, roles and the `skipped` fields are left out at the record's own level only (`own`: the record, or
-    each record of a list of them): the API fixes them there. Deeper, where the API puts no such field, a
-    `"status"` or a `"type"` is a string like any other, and given."""
+    Ids, types, roles and an encrypted content are left out at the record's own level only (`own`: the record, or
+    each record of a list of them), and only while they hold what the API puts there (`fixed`): the API fixes them
+    there. Deeper, where the API puts no such field, a `"status"` or a `"type"` is a string like any other, and
+    given; so is the value of one of these fields that is free text or an object a client made up. The `skipped`
+    fields are read by the caller (an image)."""
     if depth > MAX_DEPTH:
         raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
@@ -248,7 +302,7 @@ def strings(
         return
     keys: KeyOf | None = None
     for key, inner in list(value.items()):
-        if own and (key in HARMLESS or key in skipped):
+        if own and (key in skipped or (key in CHECKED and fixed(key, inner))):
             continue
         if isinstance(inner, str):
             yield value, key
@@ -263,24 +317,31 @@ def strings(
 
 def read_fields(*names: str) -> frozenset[str]:
     """The fields of a known block, part, message or item its reader reads or leaves out on purpose, for
-    `rest_slots`: `names`, and the ids and fixed words (HARMLESS) left out everywhere."""
+    `rest_slots`: `names`, and the ids and fixed words (HARMLESS) left out wherever they hold what the API puts
+    there (`fixed`)."""
     return HARMLESS.union(names)
+
+
+def plain(holder: dict[str, Any], read: frozenset[str]) -> bool:
+    """Whether `rest_slots` has nothing to give of `holder`: it has only the fields `read` names, and its ids and
+    fixed words (`CHECKED`) hold what the API puts there. An ordinary message or part is plain, and starts no walk
+    (where there are many, messages, text parts, tool results and calls, a walk of each would cost the guardrail
+    view of a long history a tenth more)."""
+    return read.issuperset(holder) and all(fixed(key, holder[key]) for key in _CHECKED_REST.intersection(holder))
 
 
 def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
     """The words of a known block's, part's, message's or item's fields that its reader does not name: a field
     the API adds later, or one a client made up, which a lenient app may show the model. `read` (`read_fields`)
     names the fields read elsewhere or left out on purpose (ids, fixed words, bytes, images, encrypted or signed
-    content). Every string in them is given, and every key (the field's own name, and the keys within it) but
-    the API's names (`API_FIELDS`): a word a client writes only in a made-up field's name is judged as in a block
-    no reader knows, its mask written back as a rename.
-
-    An ordinary message or part has no such field: where there are many (messages, text parts, tool results and
-    calls) the caller looks first (`read.issuperset(holder)`, in C) and starts no walk, which would cost the
-    guardrail view of a long history a tenth more."""
+    content), but an id or fixed word that holds something else than the API puts there (`fixed`: a role none of
+    the APIs has, free text in a `status`, an object a client made up in `cache_control`). Every string in them is
+    given, and every key (the field's own name, and the keys within it) but the API's names (`API_FIELDS`): a
+    word a client writes only in a made-up field's name is judged as in a block no reader knows, its mask written
+    back as a rename. The caller looks first (`plain`): an ordinary message or part starts no walk."""
     keys = KeyOf(holder)
     for key, inner in holder.items():
-        if key in read:
+        if key in read and (key not in _CHECKED_REST or fixed(key, inner)):
             continue
         if isinstance(inner, str):
             yield holder, key
@@ -335,10 +396,11 @@ def every_string(value: Any, depth: int = 0, named: frozenset[str] = frozenset()
 
 def unknown_slots(block: dict[str, Any]) -> Iterator[Slot]:
     """A block, part or item of a type no reader knows: every key and string in it, its type too (an app that shows
-    what it does not know may show that), but its own ids."""
+    what it does not know may show that), but its own ids and fixed words where they hold what the API puts there
+    (`fixed`)."""
     keys = KeyOf(block)
     for key, inner in list(block.items()):
-        if key in HARMLESS and key != "type":
+        if key in HARMLESS and key != "type" and fixed(key, inner):
             continue
         if isinstance(inner, str):
             yield block, key

@@ -26,6 +26,7 @@ SHELL_OUTPUT = {"type": "shell_call_output", "call_id": "sh_1"}
 OUTCOME = {"type": "exit", "exit_code": 0}
 INTERPRETER = {"type": "code_interpreter_call", "id": "ci_1", "status": "completed", "container_id": "c1"}
 INTERPRETER |= {"code": "print(1)"}
+PNG = "data:image/png;base64,iVBORw0KGgo="  # an image output URL that is the image: left out
 
 # Each case: (route, body), WORD only in the name of a key a client made up in a record.
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -96,7 +97,7 @@ ORDINARY = {  # records as the APIs write them, every key the API's: their texts
         "input": [
             FILE_SEARCH | {"results": [{"file_id": "f1", "filename": "four", "score": 0.5, "text": "five"}]},
             SHELL_OUTPUT | {"output": [{"stdout": "six", "stderr": "", "outcome": OUTCOME}], "max_output_length": 9},
-            INTERPRETER | {"outputs": [{"type": "logs", "logs": "seven"}, {"type": "image", "url": "https://a/i"}]},
+            INTERPRETER | {"outputs": [{"type": "logs", "logs": "seven"}, {"type": "image", "url": PNG}]},
         ],
     },
 }
