@@ -46,12 +46,16 @@ class AppCalls(Replies):
         try:
             # Written whole each time, from the objects as they are now: nothing of an earlier body is reused, so any
             # edit a hook made, at any depth, through any reference it kept, is sent (docs/loop.md, point 3).
-            raw = dumps(self.on_the_wire(self.body))
+            raw = self.written()
             self.unwritten = None
         except TypeError as error:
             method = step.method if isinstance(step, Rerun) else "closing call"
             raise HookError(step.hook.name, method, f"the patched request is not JSON: {error}") from None
         return self.call_app(raw)
+
+    def written(self) -> bytes:
+        """The body as a rerun sends it, written from the objects as they are now (a retry's too: `Retries.body`)."""
+        return dumps(self.on_the_wire(self.body))
 
     def call_app(self, body: bytes) -> Coroutine[Any, Any, Answer | None]:
         """One internal call of the model app, timed into the round (a rerun's retries and their waits included) and
@@ -63,7 +67,9 @@ class AppCalls(Replies):
             self.sent = body
         call: Coroutine[Any, Any, Answer | None]
         if self.depth:  # a rerun's transient failure is retried here: the client cannot retry it
-            retries = Retries(self.forwarded_headers, self.settings.rerun_retries, self.logging_obj.logger)
+            retries = Retries(
+                self.forwarded_headers, self.settings.rerun_retries, self.logging_obj.logger, self.written
+            )
             call = self.dispatch(body, self.round, retries)
         else:  # the first call's errors reach the client as they are, for its own retries
             call = self.dispatch(body, self.round)

@@ -165,8 +165,10 @@ class Dispatcher:
         of the retries' own waits while a stream's round lasts (a gateway holds thousands: benchmarks case 12).
         An answer kept though not readable (while streaming) has no `data`, which ends the loop.
         """
+        length, given = _given(body, self.receive)
+        del body  # the app's `receive` holds it until the app reads it, and nothing after: a live round lasts minutes
         while True:
-            scope = {**self.scope, "headers": [*self.headers, (b"content-length", str(len(body)).encode())]}
+            scope = {**self.scope, "headers": [*self.headers, (b"content-length", length)]}
             capture = (ResponseCapture if self.live is None else self.live.capture)(
                 self.send,
                 None if retries is None else retries.headers,
@@ -183,10 +185,10 @@ class Dispatcher:
             failure: ModelAppError | None = None
             try:
                 if self.timeout is None:
-                    await self.app(scope, replay(body, self.receive), capture.send)
+                    await self.app(scope, given, capture.send)
                 else:
                     async with asyncio.timeout(self.timeout) as self.timer:
-                        await self.app(scope, replay(body, self.receive), capture.send)
+                        await self.app(scope, given, capture.send)
             except Exception as error:
                 if capture.forwarded:
                     raise  # the client already has the app's own answer under way
@@ -206,6 +208,7 @@ class Dispatcher:
                     raise failure
                 return answer
             await retries.wait(record, delay, failure, start)
+            length, given = _given(retries.body(), self.receive)
 
     def failed(self, error: Exception) -> ModelAppError:
         """What an exception out of the app's call is: `app_timeout` when it is the `TimeoutError` of ours that
@@ -240,3 +243,9 @@ class Dispatcher:
         if data is None:
             return _leniently(capture.start, capture.body, capture.rewritten)
         return Answer(capture.start, capture.body, data, capture.rewritten)
+
+
+def _given(body: bytes, receive: Receive) -> tuple[bytes, Receive]:
+    """A call's content-length and the `receive` that gives the app `body` once (a function, so that no frame of the
+    dispatcher's holds the bytes while the call lasts)."""
+    return str(len(body)).encode(), replay(body, receive)

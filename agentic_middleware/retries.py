@@ -85,15 +85,19 @@ class Retries:
 
     `headers` gives the loop's headers for an answer that goes to the client as the app sent it, asked when one does
     (a live stream's later rounds never do): a try after a retry carries that retry (`x-agentic-loop-retries`).
+    `body` writes the request again for a retry, from the loop's body as the failed try was written from it (no hook
+    runs between two tries): no try keeps its bytes once the app has read them, for as long as a live stream's round
+    lasts (a gateway holds thousands of them, each with its turn's whole history: benchmarks case 12).
     The dispatcher makes the tries (`Dispatcher.__call__`), in its own frame: these are only their rules.
     """
 
-    __slots__ = ("headers", "limit", "log")
+    __slots__ = ("body", "headers", "limit", "log")
 
-    def __init__(self, headers: Callable[[], Headers], limit: int, log: Log) -> None:
+    def __init__(self, headers: Callable[[], Headers], limit: int, log: Log, body: Callable[[], bytes]) -> None:
         self.headers = headers
         self.limit = limit
         self.log = log
+        self.body = body
 
     def delay(
         self,

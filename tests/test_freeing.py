@@ -188,3 +188,52 @@ async def test_while_a_rerun_streams_the_judged_round_and_the_request_bytes_are_
         await asyncio.wait_for(request, 5)
     assert judged == []
     assert holders == []
+
+
+@pytest.mark.parametrize("route", ["messages", "chat", "responses"])
+async def test_while_a_round_streams_its_own_request_bytes_are_not_held_by_the_loop(route: str) -> None:
+    """A round's request (the turn's whole history, written anew each rerun) is the app's once it has read it: the
+    loop does not keep it for the round's retries while the round streams (a retry writes it again), so an app that
+    lets go of its body frees it."""
+    first = answer(route, True, "lookup")
+    streaming = asyncio.Event()
+    go_on = asyncio.Event()
+    bodies: list[bytes] = []  # each call's bytes, as the app read them: to ask who else holds them
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        bodies.append(await read_body(receive))
+        history = orjson.loads(bodies[-1])["input" if route == "responses" else "messages"]
+        rerun = not isinstance(history, str) and len(history) > 1
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", SSE)]})
+        stream = events(route, answer(route, False, "lookup") if rerun else first)
+        for event in stream[:-1]:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        if rerun:
+            streaming.set()
+            await go_on.wait()
+        await send({"type": "http.response.body", "body": stream[-1], "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    body: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": 64}
+    body["input" if route == "responses" else "messages"] = [{"role": "user", "content": "go " + "x" * 1000}]
+    raw = orjson.dumps(body)
+
+    async def send(message_: Message) -> None:
+        pass
+
+    middleware = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])])
+    request = asyncio.ensure_future(middleware(http_scope(PATHS[route], raw), client_receive(raw), send))
+    try:
+        await asyncio.wait_for(streaming.wait(), 5)
+        gc.collect()
+        holders = [
+            r.cr_code.co_qualname
+            for sent in bodies
+            for r in gc.get_referrers(sent)
+            if isinstance(r, types.CoroutineType) and "agentic_middleware" in r.cr_code.co_filename
+        ]
+    finally:
+        go_on.set()
+        await asyncio.wait_for(request, 5)
+    assert len(bodies) == 2  # the first call and the rerun, which streams while the holders are looked for
+    assert holders == []
