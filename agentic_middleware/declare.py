@@ -21,6 +21,7 @@ from .native import NativeOptions
 from .payload import unread_input
 from .schema import description_of, fitted, function_schema
 from .surfaces import ToolResult, surfaces
+from .tool_results import images_checked
 
 logger = logging.getLogger("agentic_middleware")
 
@@ -78,7 +79,7 @@ class ServerTool:
             return ToolResult(f"{self.name} failed: {type(error).__name__}: {error}", True)
         try:
             if isinstance(result, ToolResult):  # its content too: a tool may build one from any value
-                return result._replace(content=text_of(result.content))
+                return images_checked(result._replace(content=text_of(result.content)), self.name)
             return ToolResult(text_of(result))
         except Exception as error:  # a value no JSON can hold (a dict that contains itself), or a `str` that raised
             why = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"

@@ -228,3 +228,58 @@ async def test_a_tool_a_server_adds_under_a_name_another_server_serves_is_left_o
         in record.getMessage()
         for record in caplog.records
     )
+
+
+def smuggling() -> MCPServer:
+    """A server whose images are not images: words in the media type, or as the data."""
+    server = MCPServer("smuggling")
+
+    @server.tool(description="An image whose media type is words.")
+    def typed() -> CallToolResult:
+        return CallToolResult(content=[ImageContent(type="image", data=IMAGE["data"], mime_type="image/pineapple")])
+
+    @server.tool(description="An image whose data is words.")
+    def worded() -> CallToolResult:
+        return CallToolResult(content=[ImageContent(type="image", data="the pineapple is here", mime_type="image/png")])
+
+    @server.tool(description="A real image, its media type in capitals.")
+    def shouted() -> CallToolResult:
+        return CallToolResult(content=[ImageContent(type="image", data=IMAGE["data"], mime_type="IMAGE/PNG")])
+
+    return server
+
+
+@pytest.mark.parametrize("wire", ["messages", "responses"])
+async def test_an_mcp_image_that_is_none_is_an_error_result_and_a_real_one_an_image(wire: str) -> None:
+    server = MCPHTTPServer(smuggling)
+    await server.start()
+    try:
+        names = ("typed", "worded", "shouted")
+        if wire == "messages":
+            route = Route("messages")
+            model = ScriptedModel(route.calls(*((name, {}, f"c{n}") for n, name in enumerate(names))), route.text("ok"))
+        else:
+            calls = (function_call(name, {}, f"c{n}") for n, name in enumerate(names))
+            model = ScriptedModel(response(*calls), response("ok"))
+        async with gateway(model, MCPTools(server.url)) as app:
+            if wire == "messages":
+                assert await ask(Route("messages"), app) == "ok"
+            else:
+                assert (await openai_client(app).responses.create(model="m", input="hi")).output_text == "ok"
+    finally:
+        await server.stop()
+    rerun = model.requests[1]
+    assert b"pineapple" not in rerun.raw
+    if wire == "messages":
+        got = results(Route("messages"), rerun)
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": IMAGE["data"]}}
+    else:
+        got = {item["call_id"]: (item["output"], None) for item in rerun.body["input"] if "output" in item}
+        image = {"type": "input_image", "image_url": f"data:image/png;base64,{IMAGE['data']}"}
+    error = "" if wire == "messages" else "Error: "
+    types = "image/png, image/jpeg, image/gif, image/webp"
+    assert got["c0"][0] == f"{error}typed failed: its image's media type is not one of {types}"
+    assert got["c1"][0] == f"{error}worded failed: its image's data is not base64 of a PNG, JPEG, GIF or WebP image"
+    assert got["c2"][0] == [image]
+    if wire == "messages":
+        assert [is_error for _, is_error in got.values()] == [True, True, False]

@@ -13,6 +13,7 @@ from streams import event_stream
 from support import Route, post
 
 from agentic_middleware import AgenticLoopMiddleware, ConfigurationError, ServerTools, server_tool, sse
+from agentic_middleware.surfaces import Image, ToolResult
 from agentic_middleware.testing import (
     RecordedRequest,
     ScriptedModel,
@@ -370,3 +371,94 @@ async def test_results_strict_json_cannot_hold_reach_the_model_as_text_never_a_f
     assert surrogate.endswith("a\ufffdb")
     assert non_finite.endswith('{"ratio":Infinity,"mean":NaN,"none":null}')  # as Python's json writes them, not null
     assert "odd failed: its result cannot be written as JSON (RuntimeError: no text for this object)" in unwritable
+
+
+# A 1x1 PNG in base64.
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+WORD = "pineapple"
+QUESTION = [{"role": "user", "content": "go"}]
+# Each wire's path, request, reply calling `snap`, and answer after it.
+WIRES: dict[str, tuple[str, dict[str, Any], Any, Any]] = {
+    "messages": (
+        "/v1/messages",
+        {"model": "m", "max_tokens": 9, "messages": QUESTION},
+        message(tool_use("snap", {}, "c1")),
+        message("done"),
+    ),
+    "chat": (
+        "/v1/chat/completions",
+        {"model": "m", "messages": QUESTION},
+        chat_completion(tool_calls=[tool_call("snap", {}, "c1")]),
+        chat_completion("done"),
+    ),
+    "responses": (
+        "/v1/responses",
+        {"model": "m", "input": QUESTION},
+        response(function_call("snap", {}, "c1")),
+        response("done"),
+    ),
+}
+
+
+async def snapped(wire: str, image: Image) -> Any:
+    """The result the model reads in the rerun after the tool `snap` gave `image` with a text, on `wire`."""
+
+    @server_tool
+    def snap() -> ToolResult:
+        """Takes a picture."""
+        return ToolResult("a picture", images=(image,))
+
+    path, body, calls, answer = WIRES[wire]
+    model = ScriptedModel(calls, answer)
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ServerTools([snap])])) as client:
+        got = await client.post(path, json=body)
+    assert got.status_code == 200
+    rerun = model.requests[1].body
+    if wire == "messages":
+        (result,) = rerun["messages"][-1]["content"]
+        return result["content"], result.get("is_error", False)
+    if wire == "chat":
+        return rerun["messages"][-1]["content"]
+    return next(item["output"] for item in rerun["input"] if item.get("type") == "function_call_output")
+
+
+async def test_a_tools_image_reaches_the_app_as_an_image_its_media_type_lower_cased() -> None:
+    image = Image("IMAGE/PNG", PIXEL)
+    content, is_error = await snapped("messages", image)
+    assert not is_error
+    assert content == [
+        {"type": "text", "text": "a picture"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
+    ]
+    assert await snapped("responses", image) == [
+        {"type": "input_text", "text": "a picture"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PIXEL}"},
+    ]
+    assert (
+        await snapped("chat", image)
+        == "a picture\n[image image/png: not shown, this API takes text only in tool results]"
+    )
+
+
+NOT_IMAGES = {
+    "a media type of words": (Image(f"the {WORD} is here", PIXEL), "media type"),
+    "a media type whose subtype is a word": (Image(f"image/{WORD}", PIXEL), "media type"),
+    "a media type the APIs do not take": (Image(f"image/svg+xml;{WORD}", PIXEL), "media type"),
+    "data of words": (Image("image/png", f"the {WORD} is here"), "data"),
+    "data of words after a PNG's head": (Image("image/png", f"{PIXEL[:16]} {WORD}"), "data"),
+    "data with a line break": (Image("image/png", f"{PIXEL[:8]}\n{PIXEL[8:]}"), "data"),
+    "data of base64 that is no image": (Image("image/png", "AAAA" + PIXEL), "data"),
+    "data that is a data URL": (Image("image/png", f"data:image/png;base64,{PIXEL}"), "data"),
+}
+
+
+@pytest.mark.parametrize("wire", list(WIRES))
+@pytest.mark.parametrize("case", list(NOT_IMAGES))
+async def test_a_tools_image_that_is_none_is_an_error_result_without_its_words(case: str, wire: str) -> None:
+    image, fault = NOT_IMAGES[case]
+    said = {
+        "media type": "snap failed: its image's media type is not one of image/png, image/jpeg, image/gif, image/webp",
+        "data": "snap failed: its image's data is not base64 of a PNG, JPEG, GIF or WebP image",
+    }[fault]
+    got = await snapped(wire, image)
+    assert got == ((said, True) if wire == "messages" else f"Error: {said}")  # no image, the tool's words not repeated
