@@ -11,7 +11,8 @@ global setting) says to skip system or tool messages:
 
 Beyond LiteLLM, the words the model reads outside a `text` field (documents, search results, refusals, reasoning
 summaries, annotations, native web-search records and citations: guardrail_native.py; the records of other
-server and client tools, MCP, code execution, web fetch, file search, shells: guardrail_records.py) are texts too,
+server and client tools, MCP, code execution, web fetch, file search, shells: guardrail_records.py; what a media
+part, a Chat tool call or a Chat audio holds that is not what the API puts there: guardrail_opaque.py) are texts too,
 and a block, part or item of a type no reader knows is given whole (guardrail_walk.py); where they stand is
 guardrail_texts.py. `tool_calls` and `images` are given as LiteLLM gives them (on Responses too, where it gives
 none): a word a guardrail blocks must not reach the model where the guardrail never looked.
@@ -173,9 +174,12 @@ class GuardrailView:
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
             refuse_merged_keys(_called_with(given), _called_with(call))  # its edit: no two keys made one
-            if self.api_surface == "chat_completions":
+            if self.api_surface == "chat_completions":  # over the masks `write_texts` wrote in the call (its id)
                 legacy = key == "function_call"
-                holder[key] = function if legacy and isinstance(call, dict) else call
+                if legacy and isinstance(call, dict):
+                    holder[key] = _edited(holder[key], function, given.get("function"))
+                else:
+                    holder[key] = _edited(holder[key], call, given)
                 continue
             name = function.get("name") if isinstance(function, dict) else None
             item = holder[key]
@@ -197,6 +201,24 @@ class GuardrailView:
 
 
 _END = object()
+
+
+def _edited(current: Any, returned: Any, given: Any) -> Any:
+    """A Chat tool call as a guardrail returned it (`returned`, where it was given `given`), written over the call
+    as the masks of its texts left it (`current`: a call's id, type and made-up fields are texts too): what the
+    guardrail returned as it was given keeps those masks, what it changed is its edit. Else a guardrail masking
+    texts and arguments would write the call it was given back over the mask of the call's id."""
+    if current == given or not (isinstance(current, dict) and isinstance(returned, dict) and isinstance(given, dict)):
+        return returned if current == given or returned != given else current
+    if returned == given:
+        return current
+    edited = {  # in the order of the call as masked; a key a text's mask renamed keeps its new name
+        key: _edited(value, returned[key], given[key]) if key in given else value
+        for key, value in current.items()
+        if key not in given or key in returned
+    }
+    edited.update((key, value) for key, value in returned.items() if key not in given and key not in edited)
+    return edited
 
 
 def _called_with(call: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .guardrail_opaque import CITATION, opaque_slots
 from .guardrail_walk import Slot, every_string, plain, read_fields, rest_slots, string_slot, unreadable
 from .native import encode_text, read_text
 
@@ -28,7 +29,8 @@ _RESULT_READ = read_fields(*_RESULT_FIELDS, "encrypted_content")
 # A citation's fields that hold words (Anthropic's citation types: `cited_text`, a title by one name or the other,
 # a web result's URL and a search result's source).
 _CITATION_FIELDS = ("cited_text", "title", "document_title", "url", "source")
-# ...and the rest of a citation is walked (rest_slots) but for its `encrypted_index`, Anthropic's own.
+# ...and the rest of a citation is walked (rest_slots) but for its `encrypted_index`, Anthropic's own, left out
+# while it is one token (guardrail_opaque.CITATION).
 _CITATION_READ = read_fields(*_CITATION_FIELDS, "encrypted_index")
 # A Responses search action's fields that hold words, besides its lists of `queries` and `sources`.
 _ACTION_FIELDS = ("query", "url", "pattern")
@@ -71,6 +73,7 @@ def citation_slots(part: dict[str, Any]) -> Iterator[Slot]:
             raise unreadable(f"a citation that is {type(citation).__name__}")
         for key in _CITATION_FIELDS:
             yield from string_slot(citation, key)
+        yield from opaque_slots(citation, CITATION)
         if not plain(citation, _CITATION_READ):
             yield from rest_slots(citation, _CITATION_READ)
 

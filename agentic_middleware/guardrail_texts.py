@@ -16,6 +16,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from .guardrail_native import block_slots, citation_slots, web_search_call_slots
+from .guardrail_opaque import (
+    DOCUMENT_SOURCE,
+    MEDIA_PARTS,
+    TEXT_SOURCE,
+    audio_slots,
+    chat_call_slots,
+    media_slots,
+    opaque_slots,
+)
 from .guardrail_records import (
     MESSAGES_RECORDS,
     RESPONSES_RECORDS,
@@ -24,6 +33,7 @@ from .guardrail_records import (
     responses_record_slots,
 )
 from .guardrail_walk import (
+    API_FIELDS,
     Slot,
     every_string,
     plain,
@@ -37,11 +47,9 @@ from .guardrail_walk import (
 
 # Parts whose words are a `text` (or a refusal's `refusal`), on any route.
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text", "summary_text", "reasoning_text", "refusal"))
-# Parts that hold no words a guardrail can read: images (given as `images`), files' and audio's bytes, and
-# Messages' thinking, signed by the provider (which refuses an altered one: a mask could not be written back).
-_OPAQUE_PARTS = frozenset(
-    ("image", "image_url", "input_image", "input_file", "file", "input_audio", "thinking", "redacted_thinking")
-)
+# Parts left out whole: Messages' thinking, signed by the provider (which refuses an altered one: a mask could not
+# be written back). Images, audio and files are read by guardrail_opaque.py: their bytes are no words.
+_SIGNED_PARTS = frozenset(("thinking", "redacted_thinking"))
 # Messages blocks read by guardrail_native.py.
 _NATIVE_BLOCKS = frozenset(("server_tool_use", "web_search_tool_result"))
 # Responses items that are tool outputs of text (a string, or parts): read as a message's content is.
@@ -58,9 +66,8 @@ _OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
 
 # What a reader reads of each known message, block, part or item, or leaves out on purpose: the rest of its fields
 # are walked (rest_slots), so that words a client puts in a field no reader names are judged all the same. Left
-# out on purpose: bytes (a source's or a file's `data`, a media type), a Chat message's `audio` (an id) and
-# LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_walk.HARMLESS) everywhere, while
-# they hold what the API puts there (guardrail_walk.fixed).
+# out on purpose: LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_walk.HARMLESS)
+# everywhere, and bytes, media types and indexes (guardrail_opaque.py), while they hold what the API puts there.
 _MESSAGE_READ = {
     "anthropic_messages": read_fields("role", "content"),
     "chat_completions": read_fields(
@@ -68,6 +75,9 @@ _MESSAGE_READ = {
     ),
     "responses": read_fields("role", "content"),
 }
+# The APIs' names of an annotation's fields (a file citation's `index` besides the names of other fields): any
+# other key in an annotation is one a client made up, and given.
+_ANNOTATION_FIELDS = API_FIELDS.union(("index",))
 _TEXT_READ = read_fields("text", "refusal", "citations", "annotations")
 _CONTENT_READ = read_fields("content")
 _SOURCE_READ = read_fields("data", "media_type", "content")
@@ -75,8 +85,6 @@ _CALL_READ = read_fields("name", "input", "arguments")
 _FETCHED_READ = read_fields("url", "retrieved_at", "error_code", "content")
 _DOCUMENT_READ = read_fields("title", "context", "source")
 _SEARCH_RESULT_READ = read_fields("title", "source", "content")
-_FILE_READ = read_fields("file_data")
-_CHAT_FILE_READ = read_fields("file")
 _REASONING_READ = read_fields("summary", "content", "encrypted_content")
 _OUTPUT_READ = read_fields("output")
 
@@ -140,6 +148,9 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
                     yield from _block_slots(block, skip_tool)
                 else:
                     yield from _part_slots(block)
+        if api_surface == "chat_completions":  # what `tool_calls` does not give of a call; an audio's transcript
+            yield from chat_call_slots(message)
+            yield from audio_slots(message)
         if not plain(message, read):
             yield from rest_slots(message, read)  # a `name`, a role no API has
 
@@ -253,8 +264,9 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
     LiteLLM's proxy gives a guardrail only a part's `text` (and a Responses refusal's `refusal`); the model also
     reads a refusal part's words, a `document`'s title, context and text source (`data`, or a `content` source's
     texts), a `search_result`'s title, source and text blocks and a Responses text's `annotations`, so those are
-    given too: else a word a guardrail blocks would reach the model in a document. A nested `tool_result` (which no
-    API accepts) is read as one; a part of a type no reader knows is given whole."""
+    given too: else a word a guardrail blocks would reach the model in a document. An image, audio or file part is
+    walked but for its bytes, URL and settings while they are what the API puts there (guardrail_opaque.py). A
+    nested `tool_result` (which no API accepts) is read as one; a part of a type no reader knows is given whole."""
     kind = _kind(part)
     if kind in _TEXT_PARTS:
         yield from string_slot(part, "refusal" if kind == "refusal" else "text")
@@ -262,7 +274,7 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
         annotations = part.get("annotations")  # a Responses text's citations: a title, a URL, a file name
         if annotations is not None and not isinstance(annotations, list):
             raise unreadable(f"annotations that are {type(annotations).__name__}")
-        yield from strings(annotations)
+        yield from strings(annotations, named=_ANNOTATION_FIELDS)
         if not plain(part, _TEXT_READ):  # a Responses text's `logprobs` tokens, fields made up
             yield from rest_slots(part, _TEXT_READ)
     elif kind in ("document", "search_result"):
@@ -278,9 +290,11 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
             elif isinstance(source, dict) and given not in _OPAQUE_SOURCES:
                 yield from unknown_slots(source)
                 source = None
-            # a URL source's `url`; a base64 source's bytes are not words
-            if isinstance(source, dict) and not plain(source, _SOURCE_READ):
-                yield from rest_slots(source, _SOURCE_READ)
+            # a URL source's `url`; a base64 source's bytes are not words, while they are base64
+            if isinstance(source, dict):
+                yield from opaque_slots(source, TEXT_SOURCE if given == "text" else DOCUMENT_SOURCE)
+                if not plain(source, _SOURCE_READ):
+                    yield from rest_slots(source, _SOURCE_READ)
             if not plain(part, _DOCUMENT_READ):  # its `citations` setting too
                 yield from rest_slots(part, _DOCUMENT_READ)
         else:
@@ -292,16 +306,9 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
         yield from _content_slots(part, "content")
         if not plain(part, _CONTENT_READ):
             yield from rest_slots(part, _CONTENT_READ)
-    elif kind == "input_file":  # its name and URL are words; its bytes are not
-        if not plain(part, _FILE_READ):
-            yield from rest_slots(part, _FILE_READ)
-    elif kind == "file":  # Chat's: the same, one level down
-        file = part.get("file")
-        if isinstance(file, dict) and not plain(file, _FILE_READ):
-            yield from rest_slots(file, _FILE_READ)
-        if not plain(part, _CHAT_FILE_READ):
-            yield from rest_slots(part, _CHAT_FILE_READ)
-    elif kind not in _OPAQUE_PARTS:
+    elif isinstance(kind, str) and kind in MEDIA_PARTS:  # images, audio and files: their bytes are no words
+        yield from media_slots(part, kind)
+    elif kind not in _SIGNED_PARTS:
         yield from unknown_slots(part)
 
 
