@@ -15,9 +15,29 @@ that work, for tests and benchmarks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 _BOM = b"\xef\xbb\xbf"
+
+
+def whole_event(chunk: bytes, names: Mapping[bytes, str]) -> tuple[str, bytes] | None:
+    """The name and data of `chunk` when it is one whole event whose `event` line is a key of `names`, in the one
+    form a reader between two events reads as it came (`ServerSentEvent.raw`): that line, one `data` line, LF line
+    ends only, one blank line at its end. A relay's lane reads such an event without a reader, as the reader would
+    (`MessagesRelay.pass_on`, `ResponsesRelay.pass_on`); None for any other chunk (comments, `id` lines, CR, several
+    or cut events, a name not known), which the reader reads."""
+    line = chunk.find(b"\n")
+    name = names.get(chunk[:line]) if line > 0 else None
+    if (
+        name is None
+        or chunk[line : line + 7] != b"\ndata: "
+        or not chunk.endswith(b"\n\n")
+        or chunk.find(b"\n", line + 7, -2) >= 0  # one data line: no line ends within it (`find` is cheapest)
+        or chunk.find(b"\r", line) >= 0
+    ):
+        return None
+    return name, chunk[line + 7 : -2]
 
 
 @dataclass(slots=True)

@@ -12,7 +12,8 @@ requests (`callgrind_target.py`):
   through the middleware and bare, after three of each as warm-up: the difference of the two, divided by 1,000;
 - per stream, one uvicorn worker (case 12's app, its load generator in a process of its own, not counted):
   `streams`, 200 streams of 20 text deltas after 200 as warm-up, bare, pass-through and with one tool round (whose
-  bare figure is the bare pass-through's);
+  bare figure is the bare pass-through's); `streams-responses`, the same on `/v1/responses` (OpenAI's events),
+  bare and pass-through;
 - per delta, one uvicorn worker: `stream-deltas`, 50 pass-through streams of 20 and then of 1,020 text deltas
   counted apart in one worker after 50 of 1,020 as warm-up, bare, through the middleware and through case 12's floor
   (`streams_app.ReadingFloor`): the difference of the two loads divided by the 50,000 deltas it adds (what a stream
@@ -235,16 +236,20 @@ def deltas(lane: str, checkout: Checkout, out: Path, helper: Path, size: Size) -
     return [Figure(lane, "delta", per_delta("bare"), per_delta("middleware"))]
 
 
-def streams(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:
-    """Three workers in turn: bare, pass-through, one tool round; a fresh one each, as case 12 runs them."""
+def streams(checkout: Checkout, out: Path, helper: Path, size: Size, route: str = "/v1/messages") -> list[Figure]:
+    """Three workers in turn: bare, pass-through, one tool round (Messages only); a fresh one each, as case 12 runs
+    them."""
     per: dict[tuple[str, int], float] = {}
+    runs = (("streams_bare", 0), ("streams_wrapped", 0), ("streams_wrapped", 1))
     with Driver(sys.executable, out.parent, module="benchmarks.streams_loadgen") as driver:
-        for app, rounds in (("streams_bare", 0), ("streams_wrapped", 0), ("streams_wrapped", 1)):
+        for app, rounds in runs if route == "/v1/messages" else runs[:2]:
             worker = Worker(app, checkout, out / f"{app}-{rounds}", helper)
             command = {"url": worker.url, "streams": size.streams, "tokens": size.stream_deltas, "delay": 0}
-            command |= {"rounds": rounds, "opening": 16}
+            command |= {"rounds": rounds, "opening": 16, "route": route}
             per[app, rounds] = worker.measure(driver, command, command, f"{app}-{rounds}") / size.streams
     bare = per["streams_bare", 0]
+    if route != "/v1/messages":
+        return [Figure(f"streams, pass-through, {route}", "stream", bare, per["streams_wrapped", 0])]
     return [
         Figure("streams, pass-through", "stream", bare, per["streams_wrapped", 0]),
         Figure("streams, one tool round", "stream", bare, per["streams_wrapped", 1]),
@@ -286,6 +291,8 @@ def gateway(checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Fig
 def measure(lane: str, checkout: Checkout, out: Path, helper: Path, size: Size) -> list[Figure]:
     if lane == "streams":
         return streams(checkout, out, helper, size)
+    if lane == "streams-responses":
+        return streams(checkout, out, helper, size, "/v1/responses")
     if lane == "stream-deltas":
         return stream_deltas(checkout, out, helper, size)
     if lane == "gateway":
@@ -317,7 +324,7 @@ def table(results: dict[str, list[Figure]]) -> str:
     return "\n".join(lines)
 
 
-LANE_NAMES = (*LANES, "streams", "stream-deltas", "gateway")
+LANE_NAMES = (*LANES, "streams", "streams-responses", "stream-deltas", "gateway")
 
 
 def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:

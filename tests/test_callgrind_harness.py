@@ -91,7 +91,7 @@ async def test_the_gateway_target_loops_its_3_rerun_requests_to_the_final_answer
 
 
 def test_no_lane_named_is_every_lane_and_an_unknown_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert callgrind.arguments([]).lanes == [*LANES, "streams", "stream-deltas", "gateway"]
+    assert callgrind.arguments([]).lanes == [*LANES, "streams", "streams-responses", "stream-deltas", "gateway"]
     assert callgrind.arguments(["chat", "chat"]).lanes == ["chat", "chat"]
     with pytest.raises(SystemExit):
         callgrind.arguments(["gatway"])

@@ -87,9 +87,10 @@ def responses_round(
     return events
 
 
-def relayed(relay: StreamRelay, events: list[bytes], lane: bool, keepalive_at: int | None) -> tuple[list[bytes], int]:
+def relayed(relay: StreamRelay, events: list[bytes], lane: bool, keepalive_at: int | None) -> tuple[bytes, int]:
     """One round, each event in a chunk of its own: by the lane where it takes it (`lane`), else always by the reader
-    and `feed`; with a keep-alive before event `keepalive_at`. What the client got, and how many the lane took."""
+    and `feed`; with a keep-alive before event `keepalive_at`. What the client got, and how many events the lane
+    took."""
     relay.begin_round()
     reader = SSEReader()
     got: list[bytes] = []
@@ -103,7 +104,7 @@ def relayed(relay: StreamRelay, events: list[bytes], lane: bool, keepalive_at: i
         else:
             got.append(out)
             taken += 1
-    return got, taken
+    return b"".join(got), taken
 
 
 @pytest.mark.parametrize("item_id", IDS)
@@ -113,7 +114,7 @@ def test_responses_lane_writes_the_bytes_the_reader_writes(
     item_id: str, shape: str, first: int, gap: int | None, keepalive_at: int | None
 ) -> None:
     """Two rounds (the first's call held), every event orjson's: the lane's bytes are the reader's, byte for byte,
-    the hooks' answer the same, and the lane took every delta spelled without a quote but the one after a gap."""
+    the hooks' answer the same, and the lane took every event (those its bytes do not take, parsed whole)."""
     lane, slow = RESPONSES.relay(None), RESPONSES.relay(None)
     assert lane is not None and slow is not None
     for round in (1, 2):
@@ -123,7 +124,9 @@ def test_responses_lane_writes_the_bytes_the_reader_writes(
         assert none == 0
         assert got == expected
         assert same_json(lane.body()) == same_json(slow.body())
-        assert taken == sum(lane_takes(text) and n != gap for n, text in enumerate(TEXTS))
+        # Each event in the one form: a delta by its bytes, or whole, parsed (`NAMED`); but the first, which the reader
+        # reads (a stream's first bytes may be a byte order mark).
+        assert taken == len(events) - 1
     final = same_json(lane.body())
     assert lane.finish(final) == slow.finish(final)
 

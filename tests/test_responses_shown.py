@@ -18,7 +18,7 @@ from streams import event_stream
 from test_responses_callers import Quoting, gateway, live_turn, lookup, storing
 
 from agentic_middleware import AgenticLoopMiddleware, sse
-from agentic_middleware.surfaces.responses_relay import ResponsesRelay
+from agentic_middleware.surfaces.responses_lane import TextLane
 from agentic_middleware.testing import ScriptedModel, function_call, response
 from agentic_middleware.tools import ServerTools
 
@@ -264,15 +264,15 @@ async def test_a_later_rounds_text_deltas_passed_on_by_the_lane_never_show_its_i
     first = list(sse.responses_events({**response(function_call("lookup", {"key": "k"}, "call_1")), "id": FIRST}))
     app = ScriptedModel(event_stream(first), event_stream(quoting_round(where)))
     passed: list[bytes] = []
-    pass_on = ResponsesRelay.pass_on
+    pass_on = TextLane.pass_on
 
-    def noted(relay: ResponsesRelay, chunk: bytes) -> bytes | None:
+    def noted(relay: TextLane, chunk: bytes) -> bytes | None:
         out = pass_on(relay, chunk)
-        if out is not None:
+        if out is not None and out is relay.passed:  # a delta by its bytes (other events are taken whole, parsed)
             passed.append(out)
         return out
 
-    monkeypatch.setattr(ResponsesRelay, "pass_on", noted)
+    monkeypatch.setattr(TextLane, "pass_on", noted)
     gateway = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])], chain_store=False)
     raw = await openai_client(gateway).responses.with_raw_response.create(model="m", input="q", stream=True)
     text = await raw.http_response.aread()

@@ -11,7 +11,7 @@ from .. import sse
 from ..native import NativeCall, NativeRun
 from ..native.messages import cited, pair, server_id, server_tool_use
 from ..payload import UNREAD
-from ..sse_reader import ServerSentEvent
+from ..sse_reader import ServerSentEvent, whole_event
 from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
 from .messages_lane import BARE, NAMED, STRING_TO_THE_END, input_lane, lane
 
@@ -119,19 +119,12 @@ class MessagesRelay(StreamRelay):
         if bare is not None:  # in the API's own bytes: taken as the parse below would take it
             out = self.took(bare["type"], dict(bare), chunk)  # a copy: `out` moves a later round's index in it
             return out[0] if len(out) == 1 else b"".join(out)
-        # One whole event in the one form the SSE reader passes on as it came (`ServerSentEvent.raw`): a known `event`
-        # line, one `data` line, LF line ends only, one blank line at its end; what `feed` does with it is done.
-        line = chunk.find(b"\n")
-        name = NAMED.get(chunk[:line]) if line > 0 else None
-        if (
-            name is None
-            or chunk[line : line + 7] != b"\ndata: "
-            or not chunk.endswith(b"\n\n")
-            or chunk.find(b"\n", line + 7, -2) >= 0  # one data line: no line ends within it (`find` is cheapest)
-            or chunk.find(b"\r", line) >= 0
-        ):
+        # One whole event of a known name in the one form the SSE reader passes on as it came: `feed`'s work done.
+        read = whole_event(chunk, NAMED)
+        if read is None:
             return None
-        payload = orjson.loads(chunk[line + 7 : -2])  # not JSON: the stream cannot be read, as in `feed`
+        name, data = read
+        payload = orjson.loads(data)  # not JSON: the stream cannot be read, as in `feed`
         if type(payload) is not dict or payload.get("type") != name:
             return None  # another event under this one's name (JSON's last key wins), or no object: `feed` reads it
         out = self.took(name, payload, chunk)

@@ -1,5 +1,6 @@
 """The Responses relay's lane (`TextLane.pass_on`): a text delta of the open part, in the API's own shape, passed on
-in its bytes, without the SSE reader, renumbered as `ResponsesRelay.feed` would number it read.
+in its bytes, without the SSE reader, renumbered as `ResponsesRelay.feed` would number it read; and the names of the
+events the relay reads whole without the reader (`NAMED`).
 
 Its own module because it is the relay's one hot path (most of a live stream's events), and reads and writes bytes
 where the relay (responses_relay.py), which mixes it in, reads and writes events.
@@ -8,11 +9,13 @@ where the relay (responses_relay.py), which mixes it in, reads and writes events
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from .. import sse
+from ..sse_reader import whole_event
 from . import PADDED_END, Spelled
 
 # The start of the one shape of text delta `pass_on` takes without the reader (the Responses API's own field order,
@@ -27,6 +30,27 @@ _PLAIN = re.compile(rb'([ !#-\[\]-~]*)"(?:,"logprobs":\[\](?:,"obfuscation":"[0-
 is printable ASCII without a quote or a backslash: JSON whatever it says, spelled as orjson spells it (most text
 deltas). One C call checks it all; any other string is checked as `spelled_end` checks it."""
 _NO_TEXT = Spelled()
+
+# The events `ResponsesRelay.pass_on` reads whole without the SSE reader, by their `event` line: the Responses API's
+# own. An event of another name (one this version does not know) is the reader's and `feed`'s.
+NAMED = {
+    b"event: " + name.encode(): name
+    for name in (
+        *("response.created", "response.in_progress", "response.queued", "error"),
+        *("response.completed", "response.incomplete", "response.failed"),
+        *("response.output_item.added", "response.output_item.done"),
+        *("response.content_part.added", "response.content_part.done"),
+        *("response.output_text.delta", "response.output_text.done", "response.output_text.annotation.added"),
+        *("response.refusal.delta", "response.refusal.done"),
+        *("response.function_call_arguments.delta", "response.function_call_arguments.done"),
+        *("response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"),
+        *("response.reasoning_summary_part.added", "response.reasoning_summary_part.done"),
+        *("response.reasoning_summary_text.delta", "response.reasoning_summary_text.done"),
+        *("response.reasoning_text.delta", "response.reasoning_text.done"),
+        *("response.web_search_call.in_progress", "response.web_search_call.searching"),
+        "response.web_search_call.completed",
+    )
+}
 NOT_PASSED = object()  # `passed` while no delta of the open lane went out: no chunk is it
 
 
@@ -53,6 +77,7 @@ class TextLane:
     lane_text: Spelled  # the open part's text as its deltas spelled it (`texts`)
     passed: object  # the last delta of the open lane that `pass_on` passed on, as it went out (shown.py)
     passed_at: int  # where the string of that delta begins in it
+    took: Callable[[str, dict[str, Any], bytes], Sequence[bytes]]  # `ResponsesRelay.took`: what `feed` does
 
     def open_lane(self, payload: dict[str, Any]) -> None:
         """An `output_text` part of a message that went out began: its deltas in the one shape (`DELTA`), for this
@@ -104,19 +129,18 @@ class TextLane:
         `texts`), to be read when the part or its item is done and compared with the text they tell (`check_done`,
         `check_texts`). It goes out as it came when the app's number is the client's in the first round, else with
         the client's number and output_index; it is `passed` then, its string at `passed_at` (`lane_spelling` is
-        what comes before). Anything else (a string that is not JSON too: the reader fails the round with `feed`'s
-        own error): None."""
+        what comes before). Any other chunk: as `whole` takes it."""
         lane = self.lane
         if lane is None:
-            return None
+            return self.whole(chunk)
         head = lane % self.app_next
         text = len(head)  # where the delta's string begins
         if chunk[:text] != head:  # a slice compared costs less than `startswith`, which parses its arguments
-            return None
+            return self.whole(chunk)
         plain = _PLAIN(chunk, text)
         end = plain.end(1) if plain is not None else spelled_end(chunk, text)
         if end < 0:
-            return None
+            return self.whole(chunk)
         kept = self.lane_text
         kept += chunk[text:end]  # as `Spelled` keeps it, to be read when the part is done
         kept += b'","'
@@ -129,6 +153,20 @@ class TextLane:
         out: bytes = self.lane_out % (ours, chunk[text:])
         self.passed, self.passed_at = out, len(out) - len(chunk) + text
         return out
+
+    def whole(self, chunk: bytes) -> bytes | None:
+        """Any event of a known name (`NAMED`) in a chunk of its own, in the one form the SSE reader reads as it came,
+        its JSON `type` its name: parsed once and taken as `feed` takes it (`took`), without the reader. Anything else
+        (a string that is not JSON too: the reader fails the round with `feed`'s own error): None."""
+        read = whole_event(chunk, NAMED)
+        if read is None:
+            return None
+        name, data = read
+        payload = orjson.loads(data)  # not JSON: the stream cannot be read, as in `feed`
+        if type(payload) is not dict or payload.get("type") != name:
+            return None  # another event under this one's name (JSON's last key wins), or no object: `feed` reads it
+        out = self.took(name, payload, chunk)
+        return out[0] if len(out) == 1 else b"".join(out)  # empty: held or dropped
 
 
 def spelled_end(chunk: bytes, text: int) -> int:

@@ -90,9 +90,16 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         if event.data == b"[DONE]":  # not the Responses API's, but some servers end their streams with it
             return _NOTHING
         payload = orjson.loads(event.data)
-        kind = payload.get("type") or event.event
-        payload["type"] = kind
-        index = payload.get("output_index")
+        kind = payload.get("type")
+        raw = event.raw if kind == event.event else b""  # its bytes say what it is as `feed` reads it
+        kind = payload["type"] = kind or event.event
+        return self.took(kind, payload, raw)
+
+    def took(self, kind: str, payload: dict[str, Any], raw: bytes = b"") -> Sequence[bytes]:
+        """What `feed` does with an event of type `kind`, read into `payload`: the one implementation of both `feed`
+        and `pass_on`'s whole events (`TextLane.whole`). `raw`: the event's bytes as the app sent it, named as its
+        `type`, which go out as they came where what would be written anew says the same (`written`)."""
+        index: Any = payload.get("output_index")
         number = payload.get("sequence_number")
         self.app_next = number + 1 if type(number) is int else -1
         if kind != "response.output_text.delta":
@@ -132,7 +139,7 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
                 # Only what a keep-alive repeats: the whole object echoes the request (a coding agent's prompt and
                 # tools, tens of KB), which a stream held for minutes would keep for nothing.
                 self.created = {key: created[key] for key in _KEEPALIVE_FIELDS if key in created}
-            return (self.emit.renumbered(payload),)
+            return (self.written(payload, raw),)
         elif kind == "response.failed" or kind == "error":
             raise AppStreamError(_error_body(kind, payload))
         elif kind in _LIFECYCLE_END:
@@ -165,7 +172,7 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         if index in self.waiting_items:
             self.waiting += payloads
             return _NOTHING
-        out = self.release(payloads)
+        out = self.release(payloads, raw if payloads[0] is payload else b"")
         if kind == "response.content_part.added":
             self.open_lane(payload)
         return out
@@ -181,16 +188,31 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         """This round's items that went out, as the client has them."""
         return [self.shown.get(index, self.items[index]) for index in sorted(self.released)]
 
-    def release(self, payloads: list[dict[str, Any]]) -> list[bytes]:
-        """Events going out now: placed after the items already sent, numbered in this stream."""
+    def release(self, payloads: list[dict[str, Any]], raw: bytes = b"") -> list[bytes]:
+        """Events going out now: placed after the items already sent, numbered in this stream. `raw`: the first's
+        bytes as the app sent it (`took`)."""
         out = []
         for payload in payloads:
             index = payload.get("output_index")
             if isinstance(index, int):
                 self.released.add(index)
-                payload = {**payload, "output_index": index + self.base}
-            out.append(self.emit.renumbered(payload))
+                if self.base:
+                    payload, raw = {**payload, "output_index": index + self.base}, b""
+            out.append(self.written(payload, raw))
+            raw = b""
         return out
+
+    def written(self, payload: dict[str, Any], raw: bytes) -> bytes:
+        """An event for the client, numbered as the next of this stream: its bytes as the app sent them (`raw`) when
+        they already carry that number, as a first round's mostly do (what writing it anew costs, saved); else
+        written anew. The relay changes nothing else of an event it writes: its `output_index` is moved before this
+        (`release`), and one it annotates is a payload of its own (`cite`), never the one `raw` spells."""
+        number = payload.get("sequence_number")
+        emit = self.emit
+        if raw and type(number) is int and number == emit.next:
+            emit.next = number + 1
+            return raw
+        return emit.renumbered(payload)
 
     def body(self) -> dict[str, Any] | None:
         if self.terminal is None:
