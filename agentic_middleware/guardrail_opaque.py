@@ -4,7 +4,7 @@ file's or an audio's bytes, a media type, an image's detail, an index, a Chat to
 Each is left out of a guardrail's texts only while it holds what the API puts there: base64 of the strict alphabet
 (a file's `file_data` may lead with its `data:` URL prefix), an image where an image belongs (`is_image`) or a URL
 (given as one of the `images`, as LiteLLM gives them), a MIME type, one of the API's words for a detail or an audio
-format, one token for an index or an id (`guardrail_walk.fixed`). Anything else in them (free text, an object a
+format, one token for an index or an id (guardrail_values.py). Anything else in them (free text, an object a
 client made up) is given as a field no reader names is, every string and every key but the APIs' own names: a
 lenient app may show the model what it does not read as bytes. The other fields of these parts (`cache_control`, a
 `file_id`, fields a client made up) are walked as on any known part (`rest_slots`).
@@ -12,71 +12,23 @@ lenient app may show the model what it does not read as bytes. The other fields 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .guardrail_walk import (
-    API_FIELDS,
-    Slot,
-    every_string,
-    fixed,
+from .guardrail_values import (
+    is_base64,
+    is_detail,
+    is_file_data,
+    is_format,
     is_image,
-    plain,
-    read_fields,
-    rest_slots,
-    string_slot,
-    unknown_slots,
+    is_image_or_url,
+    is_media_type,
+    is_token,
+    never,
 )
+from .guardrail_walk import API_FIELDS, Slot, every_string, plain, read_fields, rest_slots, string_slot, unknown_slots
 
 Check = Callable[[str], bool]  # whether a field's string is what the API puts there, and so no words
-
-# Base64 as the APIs take bytes (the standard alphabet, padded to a multiple of 4 characters, as the SDKs and
-# browsers encode), a MIME type of no parameters (`application/pdf`), a file's data with its `data:` URL prefix or
-# without, and a URL of any scheme, one token of printable ASCII. A word of 4, 8... letters can not be told from
-# base64, nor a word after `https://` from a URL (given as an image): those are not given.
-_BYTES = r"(?P<bytes>[A-Za-z0-9+/]*={0,2})"
-_MIME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*"
-_BASE64 = re.compile(_BYTES)
-_MIME_TYPE = re.compile(_MIME)
-_FILE_DATA = re.compile(rf"(?:data:{_MIME};base64,)?{_BYTES}")
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[!-~]+")
-# The API's words for an image's or a file's detail and an audio's format (read from the openai SDK's types).
-_DETAILS = frozenset(("auto", "low", "high", "original"))
-_AUDIO_FORMATS = frozenset(("wav", "mp3", "aac", "flac", "opus", "pcm16"))
-
-
-def _base64(value: str, form: re.Pattern[str] = _BASE64) -> bool:
-    found = form.fullmatch(value)
-    return found is not None and len(found["bytes"]) % 4 == 0
-
-
-def _file_data(value: str) -> bool:
-    return _base64(value, _FILE_DATA)
-
-
-def _media_type(value: str) -> bool:
-    return _MIME_TYPE.fullmatch(value) is not None
-
-
-def _image_or_url(value: str) -> bool:
-    return is_image(value) or _URL.fullmatch(value) is not None
-
-
-def _token(value: str) -> bool:
-    return fixed("id", value)
-
-
-def _format(value: str) -> bool:  # an audio's format, or (LiteLLM's, on an image URL or a file) a MIME type
-    return value in _AUDIO_FORMATS or _media_type(value)
-
-
-def _detail(value: str) -> bool:
-    return value in _DETAILS
-
-
-def _words(value: str) -> bool:  # a field that holds no bytes where the API puts it: what it holds is given
-    return False
 
 
 def opaque_slots(holder: dict[str, Any], checks: Mapping[str, Check]) -> Iterator[Slot]:
@@ -93,23 +45,23 @@ def opaque_slots(holder: dict[str, Any], checks: Mapping[str, Check]) -> Iterato
 
 
 # What each part's reader leaves out while it holds what the API puts there (`opaque_slots`), and reads.
-_IMAGE_SOURCE = {"data": is_image, "media_type": _media_type, "url": _image_or_url}
+_IMAGE_SOURCE = {"data": is_image, "media_type": is_media_type, "url": is_image_or_url}
 _IMAGE_SOURCES = frozenset(("base64", "url", "file"))
-_INPUT_IMAGE = {"image_url": _image_or_url, "detail": _detail}
-_FILE = {"file_data": _file_data, "detail": _detail}
+_INPUT_IMAGE = {"image_url": is_image_or_url, "detail": is_detail}
+_FILE = {"file_data": is_file_data, "detail": is_detail}
 _INPUT_IMAGE_READ = read_fields(*_INPUT_IMAGE)
 _FILE_READ = read_fields(*_FILE)
 # The parts that hold their media in an object, by the field that holds it, and what is read of that object.
 _INNER: dict[str, tuple[str, Mapping[str, Check]]] = {
     "image": ("source", _IMAGE_SOURCE),
-    "image_url": ("image_url", {"url": _image_or_url, "detail": _detail, "format": _format}),
-    "input_audio": ("input_audio", {"data": _base64, "format": _format}),
+    "image_url": ("image_url", {"url": is_image_or_url, "detail": is_detail, "format": is_format}),
+    "input_audio": ("input_audio", {"data": is_base64, "format": is_format}),
     "file": ("file", _FILE),
 }
 MEDIA_PARTS = frozenset(("input_image", "input_file", *_INNER))
 # A document's source: its media type, and its bytes but in a `text` source (whose `data` is its words, read).
-DOCUMENT_SOURCE = {"data": _base64, "media_type": _media_type}
-TEXT_SOURCE = {"media_type": _media_type}
+DOCUMENT_SOURCE = {"data": is_base64, "media_type": is_media_type}
+TEXT_SOURCE = {"media_type": is_media_type}
 
 
 def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
@@ -130,7 +82,7 @@ def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
     elif isinstance(value, dict):
         yield from _fields(value, checks, read_fields(*checks))
     else:  # Chat's image URL as a string; anything else where the object belongs is no image, and given
-        yield from opaque_slots(part, {inner: _image_or_url if kind == "image_url" else _words})
+        yield from opaque_slots(part, {inner: is_image_or_url if kind == "image_url" else never})
     read = read_fields(inner)
     if not plain(part, read):
         yield from rest_slots(part, read)
@@ -146,12 +98,12 @@ def _fields(holder: dict[str, Any], checks: Mapping[str, Check], read: frozenset
 # the name and what it was called with (among the `tool_calls` too, as a Messages `tool_use`'s name and input are).
 _CALL_READ = read_fields("function", "custom", "index")
 _FUNCTION_READ = read_fields("name", "arguments", "input")
-_CALL = {"type": _token, "index": _words}  # a streamed call's index, a number
+_CALL = {"type": is_token, "index": never}  # a streamed call's index, a number
 # A Chat message's `audio`: an id in a request, the model's answer in a rerun (its bytes, and its transcript: words).
-_MESSAGE_AUDIO = {"data": _base64, "expires_at": _words}  # when it expires: a number
+_MESSAGE_AUDIO = {"data": is_base64, "expires_at": never}  # when it expires: a number
 _MESSAGE_AUDIO_READ = read_fields("transcript", *_MESSAGE_AUDIO)
 # A citation's `encrypted_index` (Anthropic's): one token.
-CITATION = {"encrypted_index": _token}
+CITATION = {"encrypted_index": is_token}
 
 
 def chat_call_slots(message: dict[str, Any]) -> Iterator[Slot]:
@@ -181,4 +133,4 @@ def audio_slots(message: dict[str, Any]) -> Iterator[Slot]:
         yield from string_slot(audio, "transcript")
         yield from _fields(audio, _MESSAGE_AUDIO, _MESSAGE_AUDIO_READ)
     elif audio is not None:
-        yield from opaque_slots(message, {"audio": _words})
+        yield from opaque_slots(message, {"audio": never})

@@ -12,7 +12,7 @@ and every key, at any depth, but the APIs' own names of the records' fields (`RE
 writes only in a key it made up (`{"type": "code_execution_tool_result", ..., "<word>": 1}`) is judged as on a block
 no reader knows, its mask written back as a rename.
 What is left out is what no guardrail can read as words, only where the API puts it and while it is what the API
-puts there: a compaction's `encrypted_content` (OpenAI's) while it is one token (`guardrail_walk.fixed`), an image
+puts there: a compaction's `encrypted_content` (OpenAI's) while it is one token (`guardrail_values.fixed`), an image
 generation's `result`, a computer call's screenshot and a code interpreter's image output's `url` while they hold
 an image (a data URL, or base64 of an image's bytes). Other strings there are given, and so is an
 `encrypted_stdout` anywhere but in a code execution result's `content` (where Anthropic puts it, given too: the
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .guardrail_values import HARMLESS
 from .guardrail_walk import (
-    HARMLESS,
     Slot,
     image_slots,
     plain,

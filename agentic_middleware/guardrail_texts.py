@@ -66,7 +66,7 @@ _OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
 
 # What a reader reads of each known message, block, part or item, or leaves out on purpose: the rest of its fields
 # are walked (rest_slots), so that words a client puts in a field no reader names are judged all the same. Left
-# out on purpose: LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_walk.HARMLESS)
+# out on purpose: LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_values.HARMLESS)
 # everywhere, and bytes, media types and indexes (guardrail_opaque.py), while they hold what the API puts there.
 _MESSAGE_READ = {
     "anthropic_messages": read_fields("role", "content"),

@@ -15,88 +15,27 @@ for all its renamed keys (`rename_keys`); a guardrail's edit of a tool call's ar
 one is refused as a rename onto a kept key is (`refuse_merged_keys`).
 
 The fields taken for ids and fixed words (`HARMLESS`, and an encrypted content) are left out only while they hold
-what the API puts there (`fixed`): an id, a type or a signature that is one token, a role or status of the APIs'
-words, cache settings and a caller of the API's shape. Anything else in them (free text, an object a client
-made up) is given as a field no reader names is.
+what the API puts there (guardrail_values.py: `fixed`, `is_image`); anything else in them (free text, an object a
+client made up) is given as a field no reader names is.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import RequestRefused
+from .guardrail_values import CHECKED, HARMLESS, fixed, is_image
 
 Slot = tuple[Any, Any]  # (container, key): where one text stands
 
 # How deep a walk goes before it refuses: far past any real record, well within Python's recursion limit.
 MAX_DEPTH = 64
 
-# Fields of a known record whose values are not words: ids, the type, a role or status (fixed words of the API),
-# a provider's signature and cache settings, a caller's ids. The model app reads none of them as text.
-HARMLESS = frozenset(
-    (
-        "type",
-        "id",
-        "call_id",
-        "tool_use_id",
-        "tool_call_id",
-        "item_id",
-        "approval_request_id",
-        "file_id",
-        "container_id",
-        "role",
-        "status",
-        "signature",
-        "cache_control",
-        "caller",
-    )
-)
-
-# The roles of the APIs' messages, and the statuses of the Responses items (read from the openai SDK's types; no
-# Messages block has one): the fixed words a `role` or `status` holds. Any other word there is given (`fixed`).
-ROLES = frozenset(("user", "assistant", "system", "developer", "tool", "function"))
-STATUSES = frozenset(
-    ("in_progress", "completed", "incomplete", "failed", "searching", "interpreting", "generating", "calling")
-)
-# What an id, a type, a signature or an encrypted content of the APIs is made of: one token of ASCII letters,
-# digits and `_-.:+/=`. Anthropic's ids match `^[a-zA-Z0-9_-]+$` (its API's own pattern); OpenAI's are `call_…`,
-# `fc_…`, `msg_…`, `rs_…`, `file-…`; LiteLLM's Gemini tool call ids carry a base64 thought signature after
-# `__thought__`, and some providers' ids are `functions.name:0`; signatures and encrypted contents are base64
-# (standard or URL-safe) or, ours, `amw1.` and base64. Free text (a space, other punctuation, a letter beyond
-# ASCII) is not one, and is given; a single word of these characters can not be told from an id, and is not.
-_TOKEN = re.compile(r"[A-Za-z0-9_.:+/=-]*")
-# The settings objects the APIs put in `cache_control` (`{"type": "ephemeral", "ttl": "5m"}`) and a Messages
-# tool call's `caller` (`{"type": "code_execution_20250825", "tool_id": "srvtoolu_…"}`): their keys, each value a
-# token. An object with any other key, or a value not a token, is given, keys and all.
-_SETTINGS = {"cache_control": frozenset(("type", "ttl")), "caller": frozenset(("type", "tool_id"))}
-# The fields left out only while they hold what the API puts there (`fixed`), where a reader reads a known block,
-# part, message or item (`plain`, `rest_slots`): its type is the reader's own word, left out whatever it holds.
-CHECKED = HARMLESS.union(("encrypted_content",))
+# Where a reader reads a known block, part, message or item (`plain`, `rest_slots`), the fields left out only while
+# they hold what the API puts there (`fixed`): its type is the reader's own word, left out whatever it holds.
 _CHECKED_REST = CHECKED.difference(("type",))
-
-
-def fixed(key: str, value: Any) -> bool:
-    """Whether the value of a field taken for an id or a fixed word (`CHECKED`) is what the API puts there, and so
-    no words: left out. A free-text id or status, a role none of the APIs has, an object in an id, or cache
-    settings with a key the API does not have, are words a client wrote where a lenient app may show them."""
-    if isinstance(value, str):
-        if key == "role":
-            return value in ROLES
-        if key == "status":
-            return value in STATUSES
-        return key not in _SETTINGS and _TOKEN.fullmatch(value) is not None
-    if isinstance(value, dict):
-        names = _SETTINGS.get(key)
-        return (
-            names is not None
-            and names.issuperset(value)
-            and all(isinstance(inner, str) and _TOKEN.fullmatch(inner) for inner in value.values())
-        )
-    return not isinstance(value, list)  # a number, a boolean, null: no words
 
 
 # The names the APIs give the fields of their known blocks, parts, messages and items (and of the objects within
@@ -348,44 +287,6 @@ def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
             yield from every_string(inner, 1, API_FIELDS)
         if key not in API_FIELDS:
             yield keys, key
-
-
-# An image where the APIs put one: base64 (the strict alphabet, `=` padding only at the end, no whitespace), bare or
-# behind a data URL of the four image types the APIs take. One compiled character class over the whole string, its
-# length checked apart: 7 ms for a 5 MB image (6.8 MB of base64), where `binascii.a2b_base64(..., strict_mode=True)`
-# takes 12 ms and decodes the whole image into memory, and a pattern of four-character groups (which would check the
-# length too) 140 ms. Possessive (`*+`): a string that is not one fails in one pass, where backtracking over a 5 MB
-# string with a space at its end took 130 ms.
-_BASE64 = "[A-Za-z0-9+/]*+={0,2}+"
-_IMAGE = re.compile(f"(?:data:image/(?:png|jpeg|gif|webp);base64,)?+{_BASE64}")
-_BARE_IMAGE = re.compile(_BASE64)
-# How the bytes of a PNG, JPEG and GIF begin; a WebP's are `RIFF`, four bytes of size, `WEBP` (`_opens_as_image`).
-_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
-
-
-def is_image(text: str) -> bool:
-    """Whether a whole string is an image and not words: strict base64 whose bytes open as a PNG, JPEG, GIF or
-    WebP does, bare or in a `data:image/png|jpeg|gif|webp;base64,` URL. A field the API fills with an image may hold
-    anything a client writes there: words after an image's first bytes, whitespace, another media type (a subtype is
-    a token, and a token can be a word) make it a text, given to the guardrail. Fast on a multi-MB image: one C call
-    checks the whole alphabet (a compiled `re.fullmatch`, cheaper than a strict `binascii.a2b_base64`: `_IMAGE`), and
-    only the first 16 characters of the base64 are decoded."""
-    return _IMAGE.fullmatch(text) is not None and _opens_as_image(text, text.find(",") + 1)  # bare: no comma
-
-
-def is_base64_image(data: str) -> bool:
-    """Whether `data` is bare base64 of an image by `is_image`'s rule: what a tool's image must be (`tool_results`),
-    as its bytes are written into the next round where no guardrail reads them."""
-    return _BARE_IMAGE.fullmatch(data) is not None and _opens_as_image(data, 0)
-
-
-def _opens_as_image(text: str, start: int) -> bool:
-    """Whether the base64 from `start` on (its alphabet checked) is whole, a length of fours, and its bytes open
-    as a PNG, JPEG, GIF or WebP does."""
-    if (len(text) - start) % 4:
-        return False
-    head = base64.b64decode(text[start : start + 16])
-    return head.startswith(_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
 
 def image_slots(holder: dict[str, Any], key: str, named: frozenset[str] | None = None) -> Iterator[Slot]:

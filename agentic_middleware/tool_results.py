@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .guardrail_walk import is_base64_image
+from .guardrail_values import is_base64_image
 
 # The media types of the images the APIs take (Anthropic's image `media_type`; OpenAI's input images).
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -52,7 +52,7 @@ def images_checked(result: ToolResult, name: str) -> ToolResult:
     """`result` with its images as the APIs take them (a media type lower-cased), or an error result if one is
     none. A tool's image is written into the next round as an image's `media_type` and `data` (an `input_image`'s
     data URL), which no guardrail reads as words: so it must be an image, a media type of `IMAGE_TYPES` and bare
-    base64 of such bytes by the guardrails' rule (`guardrail_walk.is_image`), or the result says which was not, its
+    base64 of such bytes by the guardrails' rule (`guardrail_values.is_image`), or the result says which was not, its
     words not repeated, and sends no image (the model reads the error; a request is not failed for a tool's image)."""
     images = []
     for image in result.images:

@@ -1,5 +1,5 @@
 """Guardrails are given what a client writes in the fields taken for ids and fixed words, when it is not what the
-API puts there (guardrail_walk.fixed).
+API puts there (guardrail_values.fixed).
 
 The walk left out a record's or part's `type`, ids, `role`, `status`, `signature`, `cache_control` and `caller`
 whatever they held, and an `encrypted_stdout` on a code execution result block itself, a Responses compaction's
