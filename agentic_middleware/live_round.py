@@ -161,14 +161,14 @@ class RoundCapture(ResponseCapture):
     def ended(self) -> None:
         """The round's stream ended: its answer is the relay's accumulated body, or an error answer."""
         self.complete = True
-        body = None
+        body = raw = None
         if self.failure is None:
             try:
                 body = self.live.relay.body()
-            except Exception as error:  # a streamed string read at the end (`Spelled`) was not JSON
-                self.unreadable(error)
-        if body is not None:
-            raw = own_size(orjson.dumps(body))
+                raw = None if body is None else own_size(orjson.dumps(body))
+            except Exception as error:  # a streamed string read at the end (`Spelled`) was not JSON, or the answer
+                self.unreadable(error)  # nests deeper than orjson writes (254 levels)
+        if body is not None and raw is not None:
             self.chunks = [raw]
             self.live.judged = (raw, body)
             return

@@ -56,8 +56,10 @@ def reshaped(event: bytes, shape: str) -> bytes:
 
 def lane_takes(text: str) -> bool:
     """Whether a delta of this text is spelled so that the lane may take it: no quote within (an escaped backslash
-    last, `"\\\\"`, ends before its closing quote, which is the first quote: JSON, taken)."""
-    return b'"' not in orjson.dumps(text)[1:-1]
+    last, `"\\\\"`, ends before its closing quote, which is the first quote: JSON, taken), and no `\\u00` escape
+    (a control character's, as orjson spells one: such an escape could spell an id's ASCII, so it is read)."""
+    spelled = orjson.dumps(text)[1:-1]
+    return b'"' not in spelled and b"\\u00" not in spelled
 
 
 @rounds_settings
@@ -428,3 +430,34 @@ async def test_text_deltas_that_spell_another_text_than_the_items_end_the_round_
     body = response({**response("hello there")["output"][0], "id": "msg_2"}, function_call("lookup", {"key": "k"}))
     events = TOLD_OTHERWISE[told](list(sse.responses_events(body, chunk_size=3)))
     await failed_both_ways(events)
+
+
+async def test_an_event_of_a_known_name_whose_data_is_done_is_passed_over_as_the_reader_passes_it() -> None:
+    """`data: [DONE]` is not the Responses API's, but some servers end their streams with it, under any event name:
+    the relay passes it over, read whole or by the reader, and the client gets its answer."""
+    events = list(sse.responses_events(response("all good")))
+    events[3:3] = [b"event: response.output_text.done\ndata: [DONE]\n\n", b"event: error\ndata: [DONE]\n\n"]
+    model = ScriptedModel(event_stream(events))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([noted_lookup()[0]])])
+    async with openai_client(app).responses.stream(model="m", input="hi") as stream:
+        final = await stream.get_final_response()
+    assert final.output_text == "all good"
+
+
+@pytest.mark.parametrize("depth", [300, 1000])
+async def test_an_item_nested_deeper_than_orjson_writes_fails_the_stream_in_the_routes_shape(depth: int) -> None:
+    """An item nested deeper than orjson writes (254 levels; it reads 1024) cannot be judged or written again: the
+    client gets the route's failed stream (`response.failed`, then `error`), not a cut connection, nor, in the app's
+    own bytes, an event deeper than its SDK's parser takes (Python's `json` stops near 1,000 levels)."""
+    body = response("deep")
+    body["output"][0]["deep"] = "DEEP"
+    nested = b'"deep":' + b"[" * depth + b"]" * depth
+    events = [event.replace(b'"deep":"DEEP"', nested) for event in sse.responses_events(body)]
+    model = ScriptedModel(event_stream(events))
+    app = AgenticLoopMiddleware(model, hooks=[ServerTools([noted_lookup()[0]])])
+    async with http_client(app) as client:
+        raw = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})
+    got = SSEReader().feed(raw.content)
+    assert all(event.data.count(b"[") <= 254 for event in got)  # no event the client's parser may refuse
+    kinds = [orjson.loads(event.data)["type"] for event in got]
+    assert kinds[-2:] == ["response.failed", "error"], kinds

@@ -286,3 +286,24 @@ async def test_a_later_rounds_text_deltas_passed_on_by_the_lane_never_show_its_i
     assert told == (QUOTED.replace("ID", FIRST) if where == "text" else "x" * 30)
     assert {delta["item_id"] for delta in deltas} == {f"msg_{FIRST}" if where == "item id" else "msg_2"}
     assert all(delta.get("obfuscation", FIRST) == FIRST for delta in deltas)
+
+
+ESCAPED = LATER.replace("l", "\\u006c").encode()  # `resp2\u006cater`: the same string to a JSON reader
+
+
+async def test_a_later_rounds_id_spelled_with_an_escape_never_shows() -> None:
+    """A later round's id spelled with a JSON escape in its events, which a byte search misses: such bytes are written
+    anew, by the lane's text deltas too (orjson spells the id plainly), so the id is found and shown as the turn's."""
+    first = list(sse.responses_events({**response(function_call("lookup", {"key": "k"}, "call_1")), "id": FIRST}))
+    later = [event.replace(LATER.encode(), ESCAPED) for event in quoting_round("text")]
+    assert sum(ESCAPED in event for event in later) > 3  # deltas, a part's and an item's text, the lifecycle
+    app = ScriptedModel(event_stream(first), event_stream(later))
+    gateway = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])], chain_store=False)
+    raw = await openai_client(gateway).responses.with_raw_response.create(model="m", input="q", stream=True)
+    text = await raw.http_response.aread()
+
+    events = [orjson.loads(line[len(b"data: ") :]) for line in text.split(b"\n") if line.startswith(b"data: ")]
+    assert LATER not in orjson.dumps(events).decode()  # as read: escapes undone
+    assert events[-1]["response"]["id"] == FIRST
+    told = "".join(event["delta"] for event in events if event["type"] == "response.output_text.delta")
+    assert told == QUOTED.replace("ID", FIRST)

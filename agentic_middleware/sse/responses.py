@@ -111,8 +111,10 @@ class ResponsesSequence:
         return self(kind, **{key: value for key, value in payload.items() if key not in ("type", "sequence_number")})
 
     def __call__(self, kind: str, **data: Any) -> bytes:
-        number, self.next = self.next, self.next + 1
-        return named_event(kind, {"type": kind, "sequence_number": number, **data})
+        number = self.next
+        event = named_event(kind, {"type": kind, "sequence_number": number, **data})
+        self.next = number + 1  # once written: an event that could not be (too deep) takes no number
+        return event
 
 
 # The event that ends a Responses stream, by the response's status.

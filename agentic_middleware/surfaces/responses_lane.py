@@ -162,6 +162,8 @@ class TextLane:
         if read is None:
             return None
         name, data = read
+        if data == b"[DONE]":  # as `feed` takes it: not the API's, some servers end their streams with it
+            return b""
         payload = orjson.loads(data)  # not JSON: the stream cannot be read, as in `feed`
         if type(payload) is not dict or payload.get("type") != name:
             return None  # another event under this one's name (JSON's last key wins), or no object: `feed` reads it
@@ -174,6 +176,8 @@ def spelled_end(chunk: bytes, text: int) -> int:
     ends the API writes (`_ENDS`, `_PADDING`) and is JSON (orjson reads it, as `feed` would); else -1. Its first quote
     must be the one before that end (no quote within it: no second key, no second event)."""
     end = chunk.find(b'"', text)
+    if chunk.find(b"\\u00", text, end) >= 0:
+        return -1  # can spell an id's ASCII, which shown.py looks for in bytes: `feed`'s way writes it as orjson does
     tail = chunk[end:]
     if tail not in _ENDS and not (
         tail[: len(_PADDING)] == _PADDING and tail[-4:] == PADDED_END and tail[len(_PADDING) : -4].isalnum()

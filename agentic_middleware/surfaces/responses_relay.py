@@ -15,6 +15,7 @@ import orjson
 from .. import sse
 from ..error_types import error_status
 from ..native import NativeRun
+from ..payload import MAX_DEPTH
 from ..sse_reader import ServerSentEvent
 from . import AppStreamError, Spelled, StreamMismatch, StreamRelay
 from .chat import openai_error_type
@@ -206,10 +207,20 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         """An event for the client, numbered as the next of this stream: its bytes as the app sent them (`raw`) when
         they already carry that number, as a first round's mostly do (what writing it anew costs, saved); else
         written anew. The relay changes nothing else of an event it writes: its `output_index` is moved before this
-        (`release`), and one it annotates is a payload of its own (`cite`), never the one `raw` spells."""
+        (`release`), and one it annotates is a payload of its own (`cite`), never the one `raw` spells. Bytes with a
+        `\\u00..` escape are written anew too: such an escape can spell an id's ASCII (`resp\\u005f...`), which the
+        id-hiding `send` (shown.py) looks for in bytes, as orjson writes it (it writes no such escape but for a
+        control character); and so are bytes of more brackets than orjson writes levels (`MAX_DEPTH`, so that an
+        event nested deeper fails as writing it anew fails, the route's failed stream, not the client's parser)."""
         number = payload.get("sequence_number")
         emit = self.emit
-        if raw and type(number) is int and number == emit.next:
+        if (
+            raw
+            and type(number) is int
+            and number == emit.next
+            and raw.find(b"\\u00") < 0
+            and raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH
+        ):
             emit.next = number + 1
             return raw
         return emit.renumbered(payload)
@@ -280,9 +291,11 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
             "output": [*self.earlier, *self.sent_items(), *self.recorded],
             "error": {"code": code, "message": message},
         }
-        return self.emit("response.failed", response=failed) + sse.responses_error(
-            self.emit, message, code, openai_error_type(status)
-        )
+        try:
+            ended = self.emit("response.failed", response=failed)
+        except (TypeError, RecursionError):  # an item nests deeper than orjson writes: the failure without them
+            ended = self.emit("response.failed", response={**failed, "output": []})
+        return ended + sse.responses_error(self.emit, message, code, openai_error_type(status))
 
 
 def _error_body(kind: str, payload: Mapping[str, Any]) -> bytes:
