@@ -175,6 +175,9 @@ class GuardrailView:
             arguments = function.get("arguments") if isinstance(function, dict) else None
             refuse_merged_keys(_called_with(given), _called_with(call))  # its edit: no two keys made one
             if self.api_surface == "chat_completions":  # over the masks `write_texts` wrote in the call (its id)
+                problem = _chat_call_problem(call, given)
+                if problem is not None:
+                    return problem
                 legacy = key == "function_call"
                 if legacy and isinstance(call, dict):
                     holder[key] = _edited(holder[key], function, given.get("function"))
@@ -201,6 +204,28 @@ class GuardrailView:
 
 
 _END = object()
+
+# A Chat call's tool, by its field: the field of the tool that holds what it was called with (a string), as a
+# refusal names it.
+_CHAT_CALLED_WITH = {"function": ("arguments", "arguments are"), "custom": ("input", "input is")}
+
+
+def _chat_call_problem(call: Any, given: dict[str, Any]) -> str | None:
+    """What makes a Chat tool call a guardrail returned (`call`, where it was given `given`) one no app reads: a
+    call that is not an object, its `function` (or `custom` tool) not an object, arguments (a custom tool's input)
+    that are not a string, or left out where it was given one. Refused, as on Responses, rather than written into
+    the request for the app to fail on, or to read as it may (an object of arguments no guardrail judged as JSON)."""
+    if not isinstance(call, dict):
+        return f"returned a tool call that is {type(call).__name__}, not an object"
+    for tool, (field, named) in _CHAT_CALLED_WITH.items():
+        if tool not in call and tool not in given:
+            continue
+        inner, was = call.get(tool), given.get(tool)
+        if not isinstance(inner, dict):
+            return f"returned a tool call whose {tool} is not an object"
+        if not isinstance(inner.get(field), str) and (field in inner or (isinstance(was, dict) and field in was)):
+            return f"returned a tool call whose {named} not a string"
+    return None
 
 
 def _edited(current: Any, returned: Any, given: Any) -> Any:

@@ -32,6 +32,7 @@ from .guardrail_records import (
     messages_record_slots,
     responses_record_slots,
 )
+from .guardrail_values import is_token, never
 from .guardrail_walk import (
     API_FIELDS,
     Slot,
@@ -47,9 +48,9 @@ from .guardrail_walk import (
 
 # Parts whose words are a `text` (or a refusal's `refusal`), on any route.
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text", "summary_text", "reasoning_text", "refusal"))
-# Parts left out whole: Messages' thinking, signed by the provider (which refuses an altered one: a mask could not
-# be written back). Images, audio and files are read by guardrail_opaque.py: their bytes are no words.
-_SIGNED_PARTS = frozenset(("thinking", "redacted_thinking"))
+# Thinking parts, by the field that holds their thinking: left out only where the provider signs it
+# (`_thinking_slots`). Images, audio and files are read by guardrail_opaque.py: their bytes are no words.
+_THINKING = {"thinking": "thinking", "redacted_thinking": "data"}
 # Messages blocks read by guardrail_native.py.
 _NATIVE_BLOCKS = frozenset(("server_tool_use", "web_search_tool_result"))
 # Responses items that are tool outputs of text (a string, or parts): read as a message's content is.
@@ -65,9 +66,10 @@ _CALLS = frozenset(("function_call", "custom_tool_call"))
 _OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
 
 # What a reader reads of each known message, block, part or item, or leaves out on purpose: the rest of its fields
-# are walked (rest_slots), so that words a client puts in a field no reader names are judged all the same. Left
-# out on purpose: LiteLLM's `thinking_blocks` (signed thinking); ids and fixed words (guardrail_values.HARMLESS)
-# everywhere, and bytes, media types and indexes (guardrail_opaque.py), while they hold what the API puts there.
+# are walked (rest_slots), so that words a client puts in a field no reader names are judged all the same. Read
+# apart: LiteLLM's `thinking_blocks` (`_thinking_slots`). Left out on purpose: ids and fixed words
+# (guardrail_values.HARMLESS) everywhere, and bytes, media types and indexes (guardrail_opaque.py), while they hold
+# what the API puts there.
 _MESSAGE_READ = {
     "anthropic_messages": read_fields("role", "content"),
     "chat_completions": read_fields(
@@ -87,6 +89,7 @@ _DOCUMENT_READ = read_fields("title", "context", "source")
 _SEARCH_RESULT_READ = read_fields("title", "source", "content")
 _REASONING_READ = read_fields("summary", "content", "encrypted_content")
 _OUTPUT_READ = read_fields("output")
+_THINKING_READ = {kind: read_fields(field) for kind, field in _THINKING.items()}
 
 
 def _kind(holder: dict[str, Any]) -> str | None:
@@ -145,12 +148,13 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
                 if not isinstance(block, dict):
                     raise unreadable(f"a part of content that is {type(block).__name__}")
                 if api_surface == "anthropic_messages":
-                    yield from _block_slots(block, skip_tool)
+                    yield from _block_slots(block, skip_tool, message.get("role") == "assistant")
                 else:
                     yield from _part_slots(block)
         if api_surface == "chat_completions":  # what `tool_calls` does not give of a call; an audio's transcript
             yield from chat_call_slots(message)
             yield from audio_slots(message)
+            yield from _thinking_blocks_slots(message)
         if not plain(message, read):
             yield from rest_slots(message, read)  # a `name`, a role no API has
 
@@ -196,8 +200,9 @@ def _schema_slots(schema_format: dict[str, Any] | None) -> Iterator[Slot]:
         yield from every_string(schema, 1)
 
 
-def _block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
-    """A Messages content block's texts: a tool's result unless tool texts are skipped, a record's words, a part's."""
+def _block_slots(block: dict[str, Any], skip_tool: bool, assistant: bool) -> Iterator[Slot]:
+    """A Messages content block's texts: a tool's result unless tool texts are skipped, a record's words, a part's;
+    a thinking block's unless signed in an `assistant` turn (`_thinking_slots`)."""
     kind = _kind(block)
     if kind in ("tool_result", "mcp_tool_result", "web_fetch_tool_result"):
         if skip_tool:
@@ -215,8 +220,49 @@ def _block_slots(block: dict[str, Any], skip_tool: bool) -> Iterator[Slot]:
         yield from block_slots(block, skip_tool)  # a native record's words (guardrail_native.py)
     elif isinstance(kind, str) and kind in MESSAGES_RECORDS:
         yield from messages_record_slots(block, skip_tool)
+    elif isinstance(kind, str) and kind in _THINKING:
+        yield from _thinking_slots(block, assistant)
     else:
         yield from _part_slots(block)
+
+
+def _thinking_blocks_slots(message: dict[str, Any]) -> Iterator[Slot]:
+    """LiteLLM's `thinking_blocks` on a Chat message (Anthropic's thinking blocks, which it sends back to the
+    provider in an assistant turn): each read as a Messages thinking block is; a block of another type is given
+    whole, and a `thinking_blocks` that is not a list of objects is given or refused as any other field would be."""
+    blocks = message.get("thinking_blocks")
+    if blocks is None:
+        return
+    if not isinstance(blocks, list):
+        yield from opaque_slots(message, {"thinking_blocks": never})
+        return
+    for block in blocks:
+        if not isinstance(block, dict):
+            raise unreadable(f"a thinking block that is {type(block).__name__}")
+        kind = _kind(block)
+        if isinstance(kind, str) and kind in _THINKING:
+            yield from _thinking_slots(block, message.get("role") == "assistant")
+        else:
+            yield from unknown_slots(block)
+
+
+def _thinking_slots(part: dict[str, Any], assistant: bool) -> Iterator[Slot]:
+    """A `thinking` or `redacted_thinking` part's words. Its thinking is left out only where the provider signs it
+    and refuses an altered one, so that no mask could be written back: in an `assistant` turn (Messages', or
+    LiteLLM's `thinking_blocks` of a Chat one), a `thinking` block's text with a `signature` of one token, a
+    `redacted_thinking` block's `data` (encrypted by the provider) of one token. Anywhere else (a system prompt, a
+    user turn, a tool's result, a Chat or Responses part, a prompt variable) or with no such signature, no provider
+    checks it and a lenient app may show the model the text: it is given, its mask written in place. Fields made up
+    on the part, or a signature that is no token, are given as on any known part (`rest_slots`)."""
+    field = _THINKING[part["type"]]
+    value = part.get(field)
+    proof = part.get("signature") if field == "thinking" else value
+    signed = assistant and isinstance(value, str) and isinstance(proof, str) and proof != "" and is_token(proof)
+    if not signed:
+        yield from string_slot(part, field)
+    read = _THINKING_READ[part["type"]]
+    if not plain(part, read):
+        yield from rest_slots(part, read)
 
 
 def _web_fetch_slots(block: dict[str, Any]) -> Iterator[Slot]:
@@ -308,7 +354,9 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
             yield from rest_slots(part, _CONTENT_READ)
     elif isinstance(kind, str) and kind in MEDIA_PARTS:  # images, audio and files: their bytes are no words
         yield from media_slots(part, kind)
-    elif kind not in _SIGNED_PARTS:
+    elif isinstance(kind, str) and kind in _THINKING:  # no signed place: its thinking is given
+        yield from _thinking_slots(part, False)
+    else:
         yield from unknown_slots(part)
 
 

@@ -33,11 +33,6 @@ Slot = tuple[Any, Any]  # (container, key): where one text stands
 # How deep a walk goes before it refuses: far past any real record, well within Python's recursion limit.
 MAX_DEPTH = 64
 
-# Where a reader reads a known block, part, message or item (`plain`, `rest_slots`), the fields left out only while
-# they hold what the API puts there (`fixed`): its type is the reader's own word, left out whatever it holds.
-_CHECKED_REST = CHECKED.difference(("type",))
-
-
 # The names the APIs give the fields of their known blocks, parts, messages and items (and of the objects within
 # them, a citation, a logprob) that a reader does not read: where `rest_slots` walks such a field its name is not
 # given, being a word of the API's and not the client's. Any other name there is one a client made up, and given
@@ -265,7 +260,7 @@ def plain(holder: dict[str, Any], read: frozenset[str]) -> bool:
     fixed words (`CHECKED`) hold what the API puts there. An ordinary message or part is plain, and starts no walk
     (where there are many, messages, text parts, tool results and calls, a walk of each would cost the guardrail
     view of a long history a tenth more)."""
-    return read.issuperset(holder) and all(fixed(key, holder[key]) for key in _CHECKED_REST.intersection(holder))
+    return read.issuperset(holder) and all(fixed(key, holder[key]) for key in CHECKED.intersection(holder))
 
 
 def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
@@ -279,7 +274,7 @@ def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
     back as a rename. The caller looks first (`plain`): an ordinary message or part starts no walk."""
     keys = KeyOf(holder)
     for key, inner in holder.items():
-        if key in read and (key not in _CHECKED_REST or fixed(key, inner)):
+        if key in read and (key not in CHECKED or fixed(key, inner)):
             continue
         if isinstance(inner, str):
             yield holder, key
