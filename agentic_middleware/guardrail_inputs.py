@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from .guardrail_texts import extra_slots
+from .guardrail_texts import TOOL_OUTPUTS, extra_slots
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
 from .guardrail_walk import KeyOf, Slot, check_depth, refuse_merged_keys, rename_keys, unreadable
@@ -323,28 +323,62 @@ _RESPONSES_CALLS = {"function_call": "arguments", "custom_tool_call": "input", "
 
 
 def _images(data: dict[str, Any], api_surface: str, skip_tool: bool) -> Iterator[str]:
-    """The images of the request's messages, as LiteLLM's proxy gives them to a guardrail (read only): an image
-    block's URL or its base64 data as a data URI (Messages), an `image_url` part's URL (Chat), and an
-    `input_image`'s URL (Responses, where LiteLLM gives none)."""
-    messages = data.get("input" if api_surface == "responses" else "messages")
+    """Every image of the request's messages the model will see, in document order, as LiteLLM's proxy gives a
+    message's images to a guardrail (read only): an image block's URL or its base64 data as a data URI (Messages),
+    an `image_url` part's URL (Chat), an `input_image`'s URL (Responses, where LiteLLM gives none). LiteLLM reads a
+    message's own parts only; the images nested in what the model reads are given too, each at its place among them:
+    a `tool_result`'s (and an `mcp_tool_result`'s) content and a document's content source (Messages), a tool
+    output's parts, a computer call's screenshot, an image generation's result and a code interpreter's image
+    outputs (Responses). A guardrail that
+    judges images sees them all, as its texts are all the words. With `skip_tool_message_in_guardrail` a tool's
+    images are left out as its texts are: Chat's tool messages, Messages' tool results, Responses' tool outputs."""
+    if api_surface == "responses":
+        items = data.get("input")
+        for item in items if isinstance(items, list) else ():
+            if not isinstance(item, dict) or (skip_tool and _role(item, api_surface) == "tool"):
+                continue
+            kind = item.get("type")
+            if kind in (None, "message"):
+                yield from _part_images(item.get("content"), False)
+            elif kind in TOOL_OUTPUTS:
+                output = item.get("output")
+                yield from _part_images(output if isinstance(output, list) else [output], False)
+            elif kind == "image_generation_call" and isinstance(result := item.get("result"), str) and result:
+                yield result
+            elif kind == "code_interpreter_call" and isinstance(outputs := item.get("outputs"), list):
+                urls = (
+                    output.get("url")
+                    for output in outputs
+                    if isinstance(output, dict) and output.get("type") == "image"
+                )
+                yield from (url for url in urls if isinstance(url, str) and url)
+        return
+    messages = data.get("messages")
     for message in messages if isinstance(messages, list) else ():
-        content = message.get("content") if isinstance(message, dict) else None
-        if (skip_tool and _role(message, api_surface) == "tool") or not isinstance(content, list):
-            continue
-        for part in content:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind == "image" and isinstance(source := part.get("source"), dict):
-                url, data_ = source.get("url"), source.get("data")
-                media = source.get("media_type")
-                if isinstance(url, str) and url:
-                    yield url
-                elif isinstance(data_, str) and data_:
-                    yield f"data:{media};base64,{data_}" if isinstance(media, str) and media else data_
-            elif kind in ("image_url", "input_image"):
-                url = part.get("image_url")
-                url = url.get("url") if isinstance(url, dict) else url
-                if isinstance(url, str) and url:
-                    yield url
+        if isinstance(message, dict) and not (skip_tool and _role(message, api_surface) == "tool"):
+            yield from _part_images(message.get("content"), skip_tool and api_surface == "anthropic_messages")
+
+
+def _part_images(content: Any, skip_tool: bool) -> Iterator[str]:
+    """The images of a list of parts, nested ones at their place; `skip_tool`: a Messages tool result's left out."""
+    for part in content if isinstance(content, list) else ():
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "image" and isinstance(source := part.get("source"), dict):
+            url, data_ = source.get("url"), source.get("data")
+            media = source.get("media_type")
+            if isinstance(url, str) and url:
+                yield url
+            elif isinstance(data_, str) and data_:
+                yield f"data:{media};base64,{data_}" if isinstance(media, str) and media else data_
+        elif kind in ("image_url", "input_image", "computer_screenshot"):
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if isinstance(url, str) and url:
+                yield url
+        elif kind in ("tool_result", "mcp_tool_result") and not skip_tool:
+            yield from _part_images(part.get("content"), False)
+        elif kind == "document" and isinstance(source := part.get("source"), dict) and source.get("type") == "content":
+            yield from _part_images(source.get("content"), False)
 
 
 def _calls(data: dict[str, Any], api_surface: str) -> Iterator[Any]:

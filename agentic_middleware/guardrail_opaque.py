@@ -1,10 +1,12 @@
 """The fields of known parts and messages that hold no words where the API puts them: an image's bytes or URL, a
 file's or an audio's bytes, a media type, an image's detail, an index, a Chat tool call's id and type.
 
-Each is left out of a guardrail's texts only while it holds what the API puts there: base64 of the strict alphabet
-(a file's `file_data` may lead with its `data:` URL prefix), an image where an image belongs (`is_image`) or a URL
-(given as one of the `images`, as LiteLLM gives them), a MIME type, one of the API's words for a detail or an audio
-format, one token for an index or an id (guardrail_values.py). Anything else in them (free text, an object a
+Each is left out of a guardrail's texts only while it holds what the API puts there: the bytes of the type its
+field declares (a PDF, audio, a file's `file_data` behind its `data:` URL prefix: guardrail_values.py), an image
+where an image belongs (`is_image`) or a URL (given as one of the `images`, as LiteLLM gives them), a media type
+its field takes, one of the API's words for a detail or an audio format, one token for an index or an id. Base64
+of a text's type (`data:text/plain;base64,...`, a base64 document of `text/plain`) is refused: the provider
+decodes it for the model, and no guardrail can judge it as base64. Anything else in them (free text, an object a
 client made up) is given as a field no reader names is, every string and every key but the APIs' own names: a
 lenient app may show the model what it does not read as bytes. The other fields of these parts (`cache_control`, a
 `file_id`, fields a client made up) are walked as on any known part (`rest_slots`).
@@ -16,17 +18,33 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .guardrail_values import (
-    is_base64,
+    file_data_type,
+    is_audio,
+    is_audio_format,
     is_detail,
     is_file_data,
-    is_format,
     is_image,
     is_image_or_url,
-    is_media_type,
+    is_image_type,
+    is_known_type,
+    is_pdf,
+    is_pdf_type,
+    is_plain_text_type,
+    is_text_type,
     is_token,
     never,
 )
-from .guardrail_walk import API_FIELDS, Slot, every_string, plain, read_fields, rest_slots, string_slot, unknown_slots
+from .guardrail_walk import (
+    API_FIELDS,
+    Slot,
+    every_string,
+    plain,
+    read_fields,
+    rest_slots,
+    string_slot,
+    unknown_slots,
+    unreadable,
+)
 
 Check = Callable[[str], bool]  # whether a field's string is what the API puts there, and so no words
 
@@ -44,24 +62,49 @@ def opaque_slots(holder: dict[str, Any], checks: Mapping[str, Check]) -> Iterato
             yield from every_string(value, 1, API_FIELDS)
 
 
+def _file_data(value: str) -> bool:
+    """A `file_data` left out while it is bytes the model reads as no characters (`is_file_data`). One declaring a
+    text's media type in base64 (`data:text/plain;base64,...`) is refused: the provider decodes it and the model
+    reads the text, which a guardrail given base64 could not judge, and passing it on would leave it unjudged."""
+    declared = file_data_type(value)
+    if declared is not None and is_text_type(declared):
+        raise unreadable(f"a file_data of {declared} in base64")
+    return is_file_data(value)
+
+
+def _document_type(value: str) -> bool:
+    """A base64 document's `media_type`: a PDF's, left out; a text's is refused as a `file_data` of one is
+    (`_file_data`); any other is given."""
+    if is_text_type(value):
+        raise unreadable(f"a base64 document of {value}")
+    return is_pdf_type(value)
+
+
 # What each part's reader leaves out while it holds what the API puts there (`opaque_slots`), and reads.
-_IMAGE_SOURCE = {"data": is_image, "media_type": is_media_type, "url": is_image_or_url}
+_IMAGE_SOURCE = {"data": is_image, "media_type": is_image_type, "url": is_image_or_url}
 _IMAGE_SOURCES = frozenset(("base64", "url", "file"))
 _INPUT_IMAGE = {"image_url": is_image_or_url, "detail": is_detail}
-_FILE = {"file_data": is_file_data, "detail": is_detail}
+_FILE = {"file_data": _file_data, "detail": is_detail}
 _INPUT_IMAGE_READ = read_fields(*_INPUT_IMAGE)
 _FILE_READ = read_fields(*_FILE)
 # The parts that hold their media in an object, by the field that holds it, and what is read of that object.
 _INNER: dict[str, tuple[str, Mapping[str, Check]]] = {
     "image": ("source", _IMAGE_SOURCE),
-    "image_url": ("image_url", {"url": is_image_or_url, "detail": is_detail, "format": is_format}),
-    "input_audio": ("input_audio", {"data": is_base64, "format": is_format}),
+    "image_url": ("image_url", {"url": is_image_or_url, "detail": is_detail, "format": is_known_type}),
+    "input_audio": ("input_audio", {"data": is_audio, "format": is_audio_format}),
     "file": ("file", _FILE),
 }
 MEDIA_PARTS = frozenset(("input_image", "input_file", *_INNER))
-# A document's source: its media type, and its bytes but in a `text` source (whose `data` is its words, read).
-DOCUMENT_SOURCE = {"data": is_base64, "media_type": is_media_type}
-TEXT_SOURCE = {"media_type": is_media_type}
+# A document's source by its type: a base64 one's bytes (a PDF's) and media type; a `text` source's media type
+# (its `data` is its words, read); a URL's or a file's (no bytes, and no media type in the API); a `content`
+# source's (its blocks, read): bytes there are made up, and given.
+DOCUMENT_SOURCES: dict[str, Mapping[str, Check]] = {
+    "base64": {"data": is_pdf, "media_type": _document_type},
+    "text": {"media_type": is_plain_text_type},
+    "url": {"data": never, "media_type": is_pdf_type},
+    "file": {"data": never, "media_type": is_pdf_type},
+    "content": {"data": never, "media_type": never},
+}
 
 
 def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
@@ -100,7 +143,7 @@ _CALL_READ = read_fields("function", "custom", "index")
 _FUNCTION_READ = read_fields("name", "arguments", "input")
 _CALL = {"type": is_token, "index": never}  # a streamed call's index, a number
 # A Chat message's `audio`: an id in a request, the model's answer in a rerun (its bytes, and its transcript: words).
-_MESSAGE_AUDIO = {"data": is_base64, "expires_at": never}  # when it expires: a number
+_MESSAGE_AUDIO = {"data": is_audio, "expires_at": never}  # when it expires: a number
 _MESSAGE_AUDIO_READ = read_fields("transcript", *_MESSAGE_AUDIO)
 # A citation's `encrypted_index` (Anthropic's): one token.
 CITATION = {"encrypted_index": is_token}

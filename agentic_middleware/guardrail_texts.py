@@ -17,9 +17,8 @@ from typing import Any
 
 from .guardrail_native import block_slots, citation_slots, web_search_call_slots
 from .guardrail_opaque import (
-    DOCUMENT_SOURCE,
+    DOCUMENT_SOURCES,
     MEDIA_PARTS,
-    TEXT_SOURCE,
     audio_slots,
     chat_call_slots,
     media_slots,
@@ -336,9 +335,9 @@ def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
             elif isinstance(source, dict) and given not in _OPAQUE_SOURCES:
                 yield from unknown_slots(source)
                 source = None
-            # a URL source's `url`; a base64 source's bytes are not words, while they are base64
+            # a URL source's `url`; a base64 source's bytes are not words, while they are a PDF's
             if isinstance(source, dict):
-                yield from opaque_slots(source, TEXT_SOURCE if given == "text" else DOCUMENT_SOURCE)
+                yield from opaque_slots(source, DOCUMENT_SOURCES[given or "content"])
                 if not plain(source, _SOURCE_READ):
                     yield from rest_slots(source, _SOURCE_READ)
             if not plain(part, _DOCUMENT_READ):  # its `citations` setting too

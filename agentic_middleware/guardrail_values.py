@@ -3,15 +3,19 @@ types, URLs), told from words a client wrote there: the tests by which a guardra
 
 A field taken for one of these is left out only while it holds what the API puts there; anything else in it is
 given to the guardrails (guardrail_walk.py, guardrail_opaque.py), since a lenient app may show the model what it
-does not read as bytes. What can not be told apart is not given: a single word of an id's characters, a word of 4,
-8... letters of base64, a word after `https://` in a URL (given as an image). Its own module because both walks,
-and a tool's image result (tool_results.py), ask the same questions.
+does not read as bytes. Bytes are left out only where their field declares a type whose bytes the model reads as
+no characters (an image, a PDF, audio) and they open as that type's do (an image and a PDF: and end so): words in
+the base64 alphabet (`the/pineapple/is/here+`) are not bytes of any. A media type is left out only while it is one
+of the types its field takes. What can not be told apart is not given: a single word of an id's characters, a
+word after `https://` in a URL (given as an image), words hidden inside bytes that open and end as their type's
+do. Its own module because both walks, and a tool's image result (tool_results.py), ask the same questions.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from typing import Any
 
 # Fields of a known record whose values are not words: ids, the type, a role or status (fixed words of the API),
@@ -87,15 +91,33 @@ _BYTES = re.compile(_BASE64)
 # A MIME type of no parameters (`application/pdf`); a file's data, with its `data:` URL prefix or without; an image
 # behind a data URL of the four image types the APIs take, or bare; a URL of any scheme, one token of printable ASCII.
 _MIME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+"
-_MIME_TYPE = re.compile(_MIME)
-_FILE_DATA = re.compile(f"(?:data:{_MIME};base64,)?+{_BASE64}")
+_FILE_DATA = re.compile(f"(?:data:({_MIME});base64,)?+{_BASE64}")
 _IMAGE = re.compile(f"(?:data:image/(?:png|jpeg|gif|webp);base64,)?+{_BASE64}")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*+://[!-~]++")
+# A `data:` URL's media type and parameters, however written: to tell a text's base64 (refused) from bytes.
+_DATA_URL = re.compile(r"data:([^;,]*+)([^,]*+),")
 # How the bytes of a PNG, JPEG and GIF begin; a WebP's are `RIFF`, four bytes of size, `WEBP` (`_opens_as_image`).
 _MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
+# How they end: a PNG with its IEND chunk (length 0, the name, its CRC), a JPEG with its end-of-image marker, a
+# GIF with its trailer; a WebP's RIFF size is its length less 8 (`_ends_as_image`).
+_ENDS = {b"\x89PNG": b"\x00\x00\x00\x00IEND\xaeB`\x82", b"\xff\xd8\xff": b"\xff\xd9", b"GIF8": b";"}
 # The API's words for an image's or a file's detail and an audio's format (read from the openai SDK's types).
 _DETAILS = frozenset(("auto", "low", "high", "original"))
 _AUDIO_FORMATS = frozenset(("wav", "mp3", "aac", "flac", "opus", "pcm16"))
+# The media types the APIs take as bytes the model reads as no characters (pixels, a PDF's pages, sound): the
+# four image types (Anthropic's image sources, OpenAI's image inputs), a PDF (Anthropic's base64 documents,
+# OpenAI's file inputs), and audio as LiteLLM names an input's format. A field declaring one is left out only while
+# its bytes open (and a PDF's end) as that type's do (`_BYTES_OF`); any other type there is given, as a word.
+IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
+_AUDIO_TYPES = frozenset(("audio/wav", "audio/x-wav", "audio/wave", "audio/mpeg", "audio/mp3"))
+_KNOWN_TYPES = IMAGE_TYPES | _AUDIO_TYPES | {"application/pdf"}
+# Media types whose bytes are a text the model reads (decoded by the provider): a guardrail can not judge them as
+# base64, so a field that declares one and holds base64 is refused (guardrail_opaque.py), not given nor left out.
+_TEXT_TYPE = re.compile(
+    r"text/.*|application/(?:json|xml|x-yaml|yaml|javascript|x-javascript|ecmascript|x-sh|x-python|sql|csv|rtf"
+    r"|x-ndjson|[a-z0-9.+-]*\+(?:json|xml))",
+    re.IGNORECASE,
+)
 
 
 def _whole(text: str, start: int) -> bool:
@@ -104,11 +126,14 @@ def _whole(text: str, start: int) -> bool:
 
 
 def is_image(text: str) -> bool:
-    """Whether a whole string is an image and not words: strict base64 whose bytes open as a PNG, JPEG, GIF or
-    WebP does, bare or in a `data:image/png|jpeg|gif|webp;base64,` URL. A field the API fills with an image may hold
-    anything a client writes there: words after an image's first bytes, whitespace, another media type (a subtype is
-    a token, and a token can be a word) make it a text, given to the guardrail. Fast on a multi-MB image: one C call
-    checks the whole alphabet (`_BASE64`), and only the first 16 characters of the base64 are decoded."""
+    """Whether a whole string is an image and not words: strict base64 whose bytes open and end as a PNG, JPEG, GIF
+    or WebP does, bare or in a `data:image/png|jpeg|gif|webp;base64,` URL. A field the API fills with an image may
+    hold anything a client writes there: words after an image's first bytes, words in the base64 alphabet between
+    an image's head and no end of one, whitespace, another media type (a subtype is a token, and a token can be a
+    word) make it a text, given to the guardrail. Words hidden inside the bytes of an image that opens and ends as
+    one are not found: the model sees its pixels, not characters, and a guardrail that judges images gets it in
+    `images`. Fast on a multi-MB image: one C call checks the whole alphabet (`_BASE64`; 7 ms for a 5 MB image),
+    and only its first 16 and last 24 characters are decoded (a few microseconds more)."""
     return _IMAGE.fullmatch(text) is not None and _opens_as_image(text, text.find(",") + 1)  # bare: no comma
 
 
@@ -119,26 +144,101 @@ def is_base64_image(data: str) -> bool:
 
 
 def _opens_as_image(text: str, start: int) -> bool:
-    """Whether the base64 from `start` on (its alphabet checked) is whole and its bytes open as a PNG, JPEG, GIF or
-    WebP does."""
+    """Whether the base64 from `start` on (its alphabet checked) is whole and its bytes open and end as a PNG, JPEG,
+    GIF or WebP does."""
     if not _whole(text, start):
         return False
     head = base64.b64decode(text[start : start + 16])
-    return head.startswith(_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+    magic = next((magic for magic in _MAGIC if head.startswith(magic)), None)
+    if magic is not None:
+        return _tail(text, start, 24).endswith(_ENDS[magic])
+    if head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return False
+    return int.from_bytes(head[4:8], "little") == _size(text, start) - 8
 
 
-def is_base64(value: str) -> bool:
-    """Bytes as the APIs take them in a document's, an audio's or a message audio's `data`."""
-    return _BYTES.fullmatch(value) is not None and _whole(value, 0)
+def _tail(text: str, start: int, chars: int) -> bytes:
+    """The last bytes of whole base64 from `start` on: its last `chars` characters (a multiple of 4) decoded."""
+    return base64.b64decode(text[max(start, len(text) - chars) :])
+
+
+def _size(text: str, start: int) -> int:
+    """How many bytes whole base64 from `start` on decodes to, by its length and padding."""
+    return (len(text) - start) // 4 * 3 - text.endswith("=") - text.endswith("==")
+
+
+def _pdf(text: str, start: int) -> bool:
+    """A PDF opens with `%PDF-` and has its `%%EOF` in its last 1024 bytes (where readers look for it)."""
+    return base64.b64decode(text[start : start + 8]).startswith(b"%PDF-") and b"%%EOF" in _tail(text, start, 1368)
+
+
+def _audio(text: str, start: int) -> bool:
+    """Audio opens as a WAV (`RIFF`, a size, `WAVE`), an MP3 (an ID3 tag or an MPEG frame's sync, which an AAC
+    ADTS header shares), a FLAC (`fLaC`) or an Ogg Opus (`OggS`) does. Only its head is read: raw PCM, which has
+    none, is given."""
+    head = base64.b64decode(text[start : start + 16])
+    return (
+        (head[:4] == b"RIFF" and head[8:12] == b"WAVE")
+        or head.startswith((b"ID3", b"fLaC", b"OggS"))
+        or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0)
+    )
+
+
+# How the bytes of each known type are told from words (the alphabet and length checked first).
+_BYTES_OF: dict[str, Callable[[str, int], bool]] = {
+    "application/pdf": _pdf,
+    **dict.fromkeys(IMAGE_TYPES, _opens_as_image),
+    **dict.fromkeys(_AUDIO_TYPES, _audio),
+}
+
+
+def is_audio(value: str) -> bool:
+    """An audio's bytes, as the APIs take them in an `input_audio`'s `data` and return them in a Chat message's
+    `audio.data`: whole base64 that opens as audio does (`_audio`), whatever its format says."""
+    return _BYTES.fullmatch(value) is not None and _whole(value, 0) and _audio(value, 0)
+
+
+def is_pdf(value: str) -> bool:
+    """A base64 document's `data` (Anthropic's, of `application/pdf`): whole base64 of a PDF (`_pdf`)."""
+    return _BYTES.fullmatch(value) is not None and _whole(value, 0) and _pdf(value, 0)
+
+
+def file_data_type(value: str) -> str | None:
+    """The media type a `file_data` declares in a `data:` URL holding base64 (its parameters naming `base64`),
+    lower-cased; else None."""
+    found = _DATA_URL.match(value)
+    return found.group(1).lower() if found is not None and "base64" in found.group(2).lower() else None
 
 
 def is_file_data(value: str) -> bool:
-    """A file's `file_data`: base64, behind its `data:<MIME type>;base64,` prefix or bare."""
-    return _FILE_DATA.fullmatch(value) is not None and _whole(value, value.find(",") + 1)  # bare: no comma
+    """A file's `file_data` that holds bytes the model reads as no characters: whole base64 behind a
+    `data:<type>;base64,` prefix of a known type (`_BYTES_OF`), or bare, of a PDF, its bytes those of the type."""
+    found = _FILE_DATA.fullmatch(value)
+    if found is None:
+        return False
+    start = value.find(",") + 1  # bare: no comma
+    check = _BYTES_OF.get(found.group(1).lower() if found.group(1) else "application/pdf")
+    return check is not None and _whole(value, start) and check(value, start)
 
 
-def is_media_type(value: str) -> bool:
-    return _MIME_TYPE.fullmatch(value) is not None
+def is_text_type(value: str) -> bool:
+    """A media type whose bytes are a text the model reads (`text/*`, JSON, XML, YAML, code...)."""
+    return _TEXT_TYPE.fullmatch(value) is not None
+
+
+def is_image_type(value: str) -> bool:
+    """An image source's `media_type`: one of the four image types the APIs take."""
+    return value in IMAGE_TYPES
+
+
+def is_pdf_type(value: str) -> bool:
+    """A base64 document's `media_type`: Anthropic takes `application/pdf` only."""
+    return value == "application/pdf"
+
+
+def is_plain_text_type(value: str) -> bool:
+    """A text document source's `media_type`: Anthropic's `text/plain`."""
+    return value == "text/plain"
 
 
 def is_image_or_url(value: str) -> bool:
@@ -151,9 +251,14 @@ def is_token(value: str) -> bool:
     return fixed("id", value)
 
 
-def is_format(value: str) -> bool:
-    """An audio's format, or (LiteLLM's, on an image URL or a file) a MIME type."""
-    return value in _AUDIO_FORMATS or is_media_type(value)
+def is_audio_format(value: str) -> bool:
+    """An `input_audio`'s format: one of the API's words, or an audio MIME type."""
+    return value in _AUDIO_FORMATS or value in _AUDIO_TYPES
+
+
+def is_known_type(value: str) -> bool:
+    """LiteLLM's `format` on an image URL: the MIME type of what the URL holds, one of the known types."""
+    return value in _KNOWN_TYPES
 
 
 def is_detail(value: str) -> bool:

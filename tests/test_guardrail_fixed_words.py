@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import media_kit
 import orjson
 import pytest
 from guardrail_kit import SAID, WORD, Masking, masked
@@ -145,7 +146,7 @@ ORDINARY: dict[str, dict[str, Any]] = {
             {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAABo_x-Yz0=="},
             {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABpQ2hT-aB_c=="},
             {"type": "file_search_call", "id": "fs_1", "status": "searching", "queries": ["three"]},
-            INTERPRETER | {"outputs": [{"type": "image", "url": "data:image/png;base64,iVBORw0KGgo="}]},
+            INTERPRETER | {"outputs": [{"type": "image", "url": f"data:image/png;base64,{media_kit.PNG}"}]},
         ],
     },
 }

@@ -12,9 +12,9 @@ it was. Real LiteLLM `CustomGuardrail`s; the client is httpx on the middleware, 
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
+import media_kit
 import pytest
 from conftest import http_client
 from guardrail_kit import SAID, WORD, Masking, WordBlock
@@ -23,13 +23,6 @@ from agentic_middleware import AgenticLoopMiddleware, ServerTools, server_tool
 from agentic_middleware.testing import ScriptedModel, function_call, response
 
 U = {"role": "user", "content": "hi"}
-# Real images' first bytes, with bytes after them as an image has.
-HEADS = {
-    "png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
-    "jpeg": b"\xff\xd8\xff\xe0\x00\x10JFIF\x00",
-    "gif": b"GIF89a\x01\x00\x01\x00",
-    "webp": b"RIFF\x24\x00\x00\x00WEBPVP8 ",
-}
 # A 1x1 PNG, whole.
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 PNG_HEAD = PIXEL[:16]  # "iVBORw0KGgoAAAAN": decodes to a PNG's signature
@@ -108,13 +101,7 @@ def image_items(data: str) -> list[Any]:
 
 
 @pytest.mark.parametrize(
-    "data",
-    [
-        PIXEL,
-        *(base64.b64encode(head + bytes(range(n))).decode() for n, head in enumerate(HEADS.values(), 1)),
-        base64.b64encode(HEADS["png"] + bytes(range(256)) * 12_000).decode(),  # 4 MB of base64
-    ],
-    ids=["pixel", *HEADS, "4 MB"],
+    "data", [PIXEL, *media_kit.IMAGES.values(), media_kit.big_png()], ids=["pixel", *media_kit.IMAGES, "4 MB"]
 )
 async def test_a_whole_image_where_an_image_belongs_is_still_left_out(data: str) -> None:
     guard = WordBlock("all")

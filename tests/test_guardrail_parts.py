@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import media_kit
 import orjson
 import pytest
 from conftest import http_client
@@ -34,9 +35,7 @@ from agentic_middleware.testing import (
     tool_call,
 )
 
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
-PDF = "JVBERi0xLjQKJcfsj6IK"
-WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
+PNG, PDF, WAV = media_kit.PNG, media_kit.PDF, media_kit.WAV
 TEXT = {"type": "text", "text": "hi"}
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
 DOCUMENT = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}}

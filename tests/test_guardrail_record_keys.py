@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import media_kit
 import orjson
 import pytest
 from guardrail_kit import WORD, masked
@@ -26,7 +27,7 @@ SHELL_OUTPUT = {"type": "shell_call_output", "call_id": "sh_1"}
 OUTCOME = {"type": "exit", "exit_code": 0}
 INTERPRETER = {"type": "code_interpreter_call", "id": "ci_1", "status": "completed", "container_id": "c1"}
 INTERPRETER |= {"code": "print(1)"}
-PNG = "data:image/png;base64,iVBORw0KGgo="  # an image output URL that is the image: left out
+PNG = f"data:image/png;base64,{media_kit.PNG}"  # an image output URL that is the image: left out
 
 # Each case: (route, body), WORD only in the name of a key a client made up in a record.
 CASES: dict[str, tuple[str, dict[str, Any]]] = {

@@ -10,9 +10,9 @@ nested past the walk's limit is a 400 in the route's shape, not a guardrail's 50
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
+import media_kit
 import orjson
 import pytest
 from conftest import http_client
@@ -163,7 +163,7 @@ async def test_a_mask_in_a_schema_or_prompt_variable_is_written_where_the_word_w
     assert WORD not in model.requests[0].raw.decode()
 
 
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(32)).decode()
+PNG = media_kit.PNG
 BASH = {"type": "bash_code_execution_result", "stdout": "", "stderr": "", "return_code": 0, "content": []}
 RECORDS = {
     "nested status in a bash result": (
