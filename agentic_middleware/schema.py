@@ -21,6 +21,16 @@ from typing import Any
 _PLAIN = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Return|Yields|Raises|Examples?|Notes?):\s*$")
 _ARGUMENT = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+# The JSON Schema keywords (2020-12, and drafts 4-7) whose values are schemas: one (or, for `items` in drafts before
+# 2020-12, a list of them), a list, or a map of names to them. Only these are cleaned; every other keyword's value
+# is data (a `default`, `examples`, a `const`, an `enum`) and kept whole: its `title` keys are not schema titles.
+_SCHEMAS = frozenset(
+    {"additionalItems", "additionalProperties", "contains", "contentSchema", "else", "if", "items", "not", "then"}
+    | {"propertyNames", "unevaluatedItems", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "prefixItems"}
+)
+_SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+)
 
 
 def function_schema(function: Callable[..., Any], skipped: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -151,7 +161,8 @@ def _refers_to(node: Any, name: str, defs: Mapping[str, Any], seen: set[str]) ->
 
 
 def _cleaned(node: Any, defs: Mapping[str, Any], recursive: set[str]) -> Any:
-    """Titles dropped, references inlined (a self-referring type stays a `$ref`), arrays given `items`."""
+    """Titles dropped, references inlined (a self-referring type stays a `$ref`), arrays given `items`: in the
+    schema and its subschemas, never in the data it holds (a `default` of `{"title": ...}` is kept whole)."""
     if isinstance(node, list):
         return [_cleaned(item, defs, recursive) for item in node]
     if not isinstance(node, dict):
@@ -166,10 +177,12 @@ def _cleaned(node: Any, defs: Mapping[str, Any], recursive: set[str]) -> Any:
     for key, value in node.items():
         if key == "title" and isinstance(value, str):
             continue
-        if key in ("properties", "$defs") and isinstance(value, dict):
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
             cleaned[key] = {name: _cleaned(schema, defs, recursive) for name, schema in value.items()}
-        else:
+        elif key in _SCHEMAS:
             cleaned[key] = _cleaned(value, defs, recursive)
+        else:  # a value, not a schema (`default`, `examples`, `const`, `enum`, `required`, ...): kept as it is
+            cleaned[key] = value
     if cleaned.get("type") == "array" and "items" not in cleaned:
         cleaned["items"] = {}
     return cleaned

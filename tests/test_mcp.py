@@ -13,7 +13,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anthropic
 import openai
@@ -23,6 +23,7 @@ from asgi_lifespan import LifespanManager
 from conftest import anthropic_client, openai_client
 from mcp.server.mcpserver import MCPServer
 from mcp_server import build
+from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from support import Route
 
@@ -162,6 +163,68 @@ async def test_an_mcp_servers_tools_are_declared_and_run_on_both_routes(
         if (tool.get("name") or tool["function"]["name"]) == "define"
     )
     assert schema == {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}  # no titles
+
+
+class Note(BaseModel):
+    title: str
+    body: str = ""
+
+
+UNTITLED = Note(title="Untitled")
+SORTS = {"const": {"title": "asc"}, "enum": [{"title": "asc"}], "examples": [{"type": "array"}]}
+
+
+def _notes() -> MCPServer:
+    """A server whose tool's schema holds `title` keys as data (a default, examples, a const, an enum), beside the
+    titles pydantic writes and a parameter named `title`."""
+    server = MCPServer("notes")
+
+    @server.tool(description="Create a note.")
+    def create_note(
+        note: Annotated[Note, Field(examples=[{"title": "Groceries", "body": "milk"}])] = UNTITLED,
+        sort: Annotated[dict[str, Any], Field(json_schema_extra=SORTS)] = {"field": "title"},  # noqa: B006
+        title: str = "x",
+    ) -> str:
+        return "created"
+
+    return server
+
+
+async def test_title_keys_in_a_declared_schemas_data_are_kept_and_its_schema_titles_dropped(route: Route) -> None:
+    """Only the schema's own `title`s are dropped: a `title` key in a default, the examples, a const or an enum is
+    the value the model should send, and a parameter named `title` is a parameter (`{"title": "asc"}` was `{}`)."""
+    server = MCPHTTPServer(_notes)
+    await server.start()
+    model = ScriptedModel(route.text("ok"))
+    try:
+        async with gateway(model, MCPTools(server.url)) as app:
+            await ask(route, app)
+    finally:
+        await server.stop()
+    (tool,) = model.requests[0].body["tools"]
+    schema = tool.get("input_schema") or tool["function"]["parameters"]
+    note = {"title": {"type": "string"}, "body": {"default": "", "type": "string"}}
+    assert schema == {
+        "type": "object",
+        "properties": {
+            "note": {
+                "properties": note,
+                "required": ["title"],
+                "type": "object",
+                "default": {"title": "Untitled", "body": ""},
+                "examples": [{"body": "milk", "title": "Groceries"}],
+            },
+            "sort": {
+                "additionalProperties": True,
+                "const": {"title": "asc"},
+                "default": {"field": "title"},
+                "enum": [{"title": "asc"}],
+                "examples": [{"type": "array"}],  # data: not given `items` as an array schema would be
+                "type": "object",
+            },
+            "title": {"default": "x", "type": "string"},
+        },
+    }
 
 
 async def test_allow_and_deny_lists_and_a_prefix(mcp_http: MCPHTTPServer, route: Route) -> None:

@@ -150,6 +150,34 @@ def test_every_parameter_type_gets_a_schema_the_providers_accept(generator: str)
         assert schema["$defs"]["Person"]["properties"]["friends"]["items"] == {"$ref": "#/$defs/Person"}
 
 
+NAMED = [{"title": "Groceries"}]  # data holding a `title` key, as examples, a const, an enum and a default
+
+
+class Listing(pydantic.BaseModel):
+    kind: dict[str, str] = pydantic.Field(examples=NAMED, json_schema_extra={"const": NAMED[0]})
+    order: dict[str, str] = pydantic.Field(json_schema_extra={"enum": NAMED})
+    shape: dict[str, str] = pydantic.Field(default={"type": "array"})
+
+
+def test_title_keys_in_a_schemas_data_are_kept_where_its_titles_are_dropped() -> None:
+    """Only the schema's own `title`s are dropped: a `title` key in its data is the value the model should send."""
+
+    def list_notes(listing: Listing) -> str:
+        return "listed"
+
+    properties = server_tool(list_notes).input_schema["properties"]["listing"]["properties"]
+
+    assert properties == {
+        "kind": {"type": "object", "additionalProperties": {"type": "string"}, "examples": NAMED, "const": NAMED[0]},
+        "order": {"type": "object", "additionalProperties": {"type": "string"}, "enum": NAMED},
+        "shape": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "default": {"type": "array"},  # data: not given `items` as an array schema is
+        },
+    }
+
+
 async def test_a_list_parameter_reaches_the_model_with_items_on_both_routes() -> None:
     @server_tool
     def search(queries: list[str], site: str | None = None) -> str:
