@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 
 from ..concurrency import cancel_and_wait
 from .connection import Connection
-from .transport import NOT_SENT, TOO_LARGE, UNKNOWN, Attempt, sent_to
+from .transport import ANSWERED, NOT_SENT, TOO_LARGE, UNKNOWN, Attempt, sent_to
 
 OUTCOME_UNKNOWN = (
     "the MCP server became unreachable while the call ran ({}): whether the tool ran is unknown, "
@@ -73,19 +73,22 @@ class Session(Connection):
                     continue
                 if error.code == TOO_LARGE or attempt.received > self.max_result_bytes:
                     raise CallFailed(self._too_large()) from None
+                if attempt.status >= 400:
+                    # The server answered the call's POST with an HTTP error status, whatever JSON-RPC code its
+                    # body gives (the TypeScript SDK's servers give -32000, the code of a closed connection, to
+                    # a 413 or a 400): it was reached, and said so. The status may be the session's, not the
+                    # call's: a server that forgot the session (a restart) and answers 400 where the spec says
+                    # 404, as the TypeScript SDK's example servers do. The call is not made again (the status
+                    # does not say it ran nowhere); whether the session lives is asked, and one that refuses its
+                    # `tools/list` is reopened.
+                    self._check(client)
+                    said = error.error.message
+                    if not said.startswith(ANSWERED):
+                        said = f"{ANSWERED}{attempt.status}: {said}"
+                    raise CallFailed(said) from None
                 if error.code in (mcp_types.CONNECTION_CLOSED, UNKNOWN):
                     self._check(client)
                     raise CallFailed(OUTCOME_UNKNOWN.format(error.error.message)) from None
-                if attempt.status >= 400:
-                    # An HTTP error status may be the session's, not the call's: a server that forgot the
-                    # session (a restart) and answers 400 where the spec says 404, as the TypeScript SDK's
-                    # example servers do. The call is not made again (the status does not say it ran nowhere);
-                    # whether the session lives is asked, and one that refuses its `tools/list` is reopened.
-                    self._check(client)
-                    said = error.error.message
-                    if str(attempt.status) not in said:
-                        said = f"{said} (HTTP {attempt.status})"
-                    raise CallFailed(said) from None
                 raise CallFailed(error.error.message) from None
             except (httpx2.TransportError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as error:
                 if attempt.may_have_run:

@@ -33,6 +33,8 @@ UNKNOWN = -32092  # the call's POST failed once it may have reached the server: 
 TOO_LARGE = -32093  # the server's answer is larger than max_result_bytes
 REFUSED = -32094  # the server answered the call's POST with an HTTP error status and no JSON-RPC error
 
+ANSWERED = "the MCP server answered HTTP "  # the start of a call's error whose POST got an HTTP error status
+
 NOT_CONNECTED = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.UnsupportedProtocol, httpx2.ProxyError)
 
 
@@ -210,8 +212,8 @@ class CallGuard(httpx2.AsyncBaseTransport):
         kind = response.headers.get("content-type", "").lower()
         if response.status_code >= 400 and response.status_code != 404 and not kind.startswith("application/json"):
             reason = await _reason(response)
-            said = f"HTTP {response.status_code}{f': {reason}' if reason else ''}"
-            return _error(request, response.status_code, call_id, REFUSED, f"the MCP server answered {said}")
+            said = f"{ANSWERED}{response.status_code}{f': {reason}' if reason else ''}"
+            return _error(request, response.status_code, call_id, REFUSED, said)
         length = response.headers.get("content-length", "")
         if kind.startswith("application/json") and length.isdigit() and int(length) > self.max_result_bytes:
             await response.aclose()
