@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -262,9 +263,16 @@ def fed_round(relay: StreamRelay, stream: bytes, cuts: list[int]) -> list[bytes]
     return [data for chunk in cut(stream, cuts) for event in reader.feed(chunk) for data in relay.feed(event)]
 
 
-def passed_round(relay: StreamRelay, events: list[bytes]) -> tuple[list[bytes], int]:
+def every(out: bytes) -> bool:
+    return True
+
+
+def passed_round(
+    relay: StreamRelay, events: list[bytes], counted: Callable[[bytes], bool] = every
+) -> tuple[list[bytes], int]:
     """One round as a live stream reads it, each event in a chunk of its own: `pass_on` where it takes the event
-    (between two events), else the reader and `feed`. What the client got, and how many events `pass_on` took."""
+    (between two events), else the reader and `feed`. What the client got, and how many events `pass_on` took (of
+    those it took, the ones `counted` names by what went out: by default every one)."""
     relay.begin_round()
     reader = SSEReader()
     got: list[bytes] = []
@@ -276,7 +284,7 @@ def passed_round(relay: StreamRelay, events: list[bytes]) -> tuple[list[bytes], 
         else:
             if out:  # empty: taken, nothing for the client now
                 got.append(out)
-            taken += 1
+            taken += counted(out)
     return got, taken
 
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from litellm.integrations.custom_logger import CustomLogger
 from streams import event_stream
-from test_relays import fed_round, noted_lookup, rounds_settings, same_json
+from test_relays import fed_round, noted_lookup, passed_round, rounds_settings, same_json
 from test_responses_relay import RESPONSES, responses_round
 
 from agentic_middleware import AgenticLoopMiddleware, ServerTools, sse
@@ -22,24 +22,6 @@ from agentic_middleware.surfaces.responses_relay import ResponsesRelay
 from agentic_middleware.testing import ScriptedModel, function_call, response
 
 _DELTA = b"event: response.output_text.delta\n"
-
-
-def lane_round(relay: ResponsesRelay, events: list[bytes]) -> tuple[bytes, int]:
-    """One round as a live stream reads it (`test_relays.passed_round`): what the client got, and how many deltas
-    the lane passed on by their bytes, unparsed (`TextLane.pass_on`: what went out is then what it notes as
-    `passed`)."""
-    relay.begin_round()
-    reader = SSEReader()
-    got: list[bytes] = []
-    taken = 0
-    for event in events:
-        out = relay.pass_on(event) if reader.between_events else None
-        if out is None:
-            got += [data for read in reader.feed(event) for data in relay.feed(read)]
-            continue
-        got.append(out)
-        taken += out is relay.passed and out != b""
-    return b"".join(got), taken
 
 
 def reshaped(event: bytes, shape: str) -> bytes:
@@ -80,9 +62,10 @@ def test_responses_deltas_passed_on_in_bytes_give_the_client_and_the_hooks_what_
     for number in range(count):
         body = data.draw(responses_round(final=number == count - 1))
         events = [reshaped(event, shape) for event in sse.responses_events(body, chunk_size=chunk_size)]
-        got, taken = lane_round(passed, events)
+        # Deltas the lane passed on by their bytes, unparsed: what went out is then what it notes as `passed`.
+        got, taken = passed_round(passed, events, lambda out: out is passed.passed)
         cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=20))
-        assert got == b"".join(fed_round(fed, b"".join(events), cuts))
+        assert b"".join(got) == b"".join(fed_round(fed, b"".join(events), cuts))
         assert same_json(passed.body()) == same_json(fed.body()) == same_json(body)
         # Every delta of a message sent before the round's first call, spelled so that it may, took the lane by its
         # bytes (the other events, and the deltas it does not take so, are taken whole, parsed, and written anew).
