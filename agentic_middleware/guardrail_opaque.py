@@ -141,7 +141,7 @@ def _fields(holder: dict[str, Any], checks: Mapping[str, Check], read: frozenset
 # the name and what it was called with (among the `tool_calls` too, as a Messages `tool_use`'s name and input are).
 _CALL_READ = read_fields("function", "custom", "index")
 _FUNCTION_READ = read_fields("name", "arguments", "input")
-_CALL = {"type": is_token, "index": never}  # a streamed call's index, a number
+_CALL = {"index": never}  # a streamed call's index, a number (its `type`, a fixed word, is `rest_slots`'s)
 # A Chat message's `audio`: an id in a request, the model's answer in a rerun (its bytes, and its transcript: words).
 _MESSAGE_AUDIO = {"data": is_audio, "expires_at": never}  # when it expires: a number
 _MESSAGE_AUDIO_READ = read_fields("transcript", *_MESSAGE_AUDIO)
@@ -151,7 +151,9 @@ CITATION = {"encrypted_index": is_token}
 
 def chat_call_slots(message: dict[str, Any]) -> Iterator[Slot]:
     """A Chat message's tool calls' words beyond the `tool_calls` a guardrail is given: an id or a type that is no
-    token, a field a client made up on a call or its function (guardrail_inputs refuses a call of another shape)."""
+    token, a field a client made up on a call or its function (guardrail_inputs refuses a call of another shape).
+    Each field is given once: its id and type by `rest_slots` (which checks them as `fixed`), its index here; a
+    field given twice would have the guardrail's second edit of it overwrite its first (a mask lost)."""
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():
         if not isinstance(call, dict):

@@ -349,3 +349,78 @@ async def test_a_block_whose_type_is_not_a_string_is_refused_in_the_routes_shape
         body = {"model": "g", "messages": [{"role": "user", "content": [block]}]}
     message_ = (await refusal(route, body))["error"]["message"]
     assert message_ == "the request holds a type that is list: the guardrails cannot read it"
+
+
+class Numbering(Masking):
+    """Returns each text it is given as its own number, `@@<n>@@`: each must then stand once in the app's request,
+    at its place. A place given twice would have its second number written over its first, which is lost."""
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        self.record(inputs)
+        return {**inputs, "texts": [f"@@{index}@@" for index in range(len(inputs["texts"]))]}
+
+
+FREE = "a free word"  # free text where an id or a fixed word belongs: given, so its place must be given once
+# A rich history of each route: known blocks, parts, messages and items, with free text in their ids and types and
+# fields made up on them, as a hostile client sends.
+ONCE: dict[str, dict[str, Any]] = {
+    "/v1/messages": {
+        "model": "c",
+        "max_tokens": 9,
+        "system": [{"type": "text", "text": "s", "note": FREE}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "a", "cache_control": {"type": FREE}}, DOCUMENT]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "b", "note": FREE},
+                    {"type": "tool_use", "id": FREE, "name": "f", "input": {"k": "v"}, "note": FREE},
+                ],
+            },
+            {"role": "user", "content": [TOOL_RESULT | {"tool_use_id": FREE, "content": "r", "note": FREE}]},
+        ],
+    },
+    "/v1/chat/completions": {
+        "model": "g",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "u", "note": FREE}], "name": FREE},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": FREE, "type": FREE, "function": {"name": "f", "arguments": "{}", "note": FREE}},
+                    {"id": "call_2", "type": {"k": FREE}, "custom": {"name": "c", "input": "i"}, "note": FREE},
+                    {"id": "call_3", "type": [FREE], "function": {"name": "f", "arguments": "{}"}, "index": FREE},
+                ],
+                "function_call": {"name": "g", "arguments": "{}", "note": FREE},
+                "audio": {"id": FREE, "note": FREE},
+            },
+            {"role": "tool", "tool_call_id": FREE, "content": "t", "note": FREE},
+        ],
+    },
+    "/v1/responses": {
+        "model": "g",
+        "instructions": "i",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "u", "note": FREE}]},
+            {"type": "function_call", "id": FREE, "call_id": FREE, "name": "f", "arguments": "{}", "note": FREE},
+            {"type": "function_call_output", "call_id": FREE, "output": "o", "status": FREE},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": FREE, "text": "s"}], "encrypted_content": FREE},
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("route", list(ONCE))
+async def test_each_place_of_a_text_is_given_once(route: str) -> None:
+    """No field is given to a guardrail twice: each text it returns is written to its own place, and each stands in
+    the app's request once (a Chat tool call's free-text `type` was given twice, so a guardrail whose edits differ by
+    position, as one masking a repeated text only once does, lost its mask)."""
+    model = ScriptedModel(default=ANSWERS[route]("ok"))
+    guard = Numbering("all")
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post(route, json=ONCE[route])
+    assert got.status_code == 200, got.text
+    sent = model.requests[0].raw.decode()
+    assert guard.texts.count(FREE) > 3  # the free text is given, in several places
+    assert [sent.count(f'"@@{index}@@"') for index in range(len(guard.texts))] == [1] * len(guard.texts)
