@@ -186,7 +186,9 @@ class GuardrailView:
                 continue
             name = function.get("name") if isinstance(function, dict) else None
             item = holder[key]
-            if self.api_surface == "responses":
+            if arguments == given["function"]["arguments"]:
+                pass  # as it was given (the client's, a null too): the item keeps its own
+            elif self.api_surface == "responses":
                 if not isinstance(arguments, str):
                     return "returned a tool call whose arguments are not a string"
                 item[_RESPONSES_CALLS[item["type"]]] = arguments
@@ -214,16 +216,19 @@ def _chat_call_problem(call: Any, given: dict[str, Any]) -> str | None:
     """What makes a Chat tool call a guardrail returned (`call`, where it was given `given`) one no app reads: a
     call that is not an object, its `function` (or `custom` tool) not an object, arguments (a custom tool's input)
     that are not a string, or left out where it was given one. Refused, as on Responses, rather than written into
-    the request for the app to fail on, or to read as it may (an object of arguments no guardrail judged as JSON)."""
+    the request for the app to fail on, or to read as it may (an object of arguments no guardrail judged as JSON).
+    A null (or absent) tool or arguments it returns as it was given them is the client's, not its fault: kept as
+    the client sent it (the reader took it for none), not blamed on the guardrail."""
     if not isinstance(call, dict):
         return f"returned a tool call that is {type(call).__name__}, not an object"
     for tool, (field, named) in _CHAT_CALLED_WITH.items():
-        if tool not in call and tool not in given:
-            continue
         inner, was = call.get(tool), given.get(tool)
+        if inner is None and was is None:
+            continue  # absent, or null as the client sent it
         if not isinstance(inner, dict):
             return f"returned a tool call whose {tool} is not an object"
-        if not isinstance(inner.get(field), str) and (field in inner or (isinstance(was, dict) and field in was)):
+        value, before = inner.get(field), was.get(field) if isinstance(was, dict) else None
+        if not isinstance(value, str) and not (value is None and before is None):
             return f"returned a tool call whose {named} not a string"
     return None
 
