@@ -185,6 +185,8 @@ class GuardrailView:
                     holder[key] = _edited(holder[key], call, given)
                 continue
             name = function.get("name") if isinstance(function, dict) else None
+            if not _kept_shape(name, given["function"]["name"]):
+                return "returned a tool call whose name is not a string"
             item = holder[key]
             if arguments == given["function"]["arguments"]:
                 pass  # as it was given (the client's, a null too): the item keeps its own
@@ -221,16 +223,29 @@ def _chat_call_problem(call: Any, given: dict[str, Any]) -> str | None:
     the client sent it (the reader took it for none), not blamed on the guardrail."""
     if not isinstance(call, dict):
         return f"returned a tool call that is {type(call).__name__}, not an object"
+    for field in ("id", "type"):
+        if not _kept_shape(call.get(field), given.get(field)):
+            return f"returned a tool call whose {field} is not a string"
     for tool, (field, named) in _CHAT_CALLED_WITH.items():
         inner, was = call.get(tool), given.get(tool)
         if inner is None and was is None:
             continue  # absent, or null as the client sent it
         if not isinstance(inner, dict):
             return f"returned a tool call whose {tool} is not an object"
-        value, before = inner.get(field), was.get(field) if isinstance(was, dict) else None
-        if not isinstance(value, str) and not (value is None and before is None):
+        before = was if isinstance(was, dict) else {}
+        if not _kept_shape(inner.get("name"), before.get("name")):
+            return "returned a tool call whose name is not a string"
+        if not _kept_shape(inner.get(field), before.get(field)):
             return f"returned a tool call whose {named} not a string"
     return None
+
+
+def _kept_shape(value: Any, given: Any) -> bool:
+    """Whether a tool call's field a guardrail returned (its id, type, name, arguments) may be written into the
+    request: a string, or of the shape the client sent it in where that was none (a null or an absent field, an
+    object a client made up, which the masks of its texts were written into). A string it turned into anything
+    else (an object, a number, a list, a null, left out) is refused, on every route: no app reads such a call."""
+    return isinstance(value, str) or (not isinstance(given, str) and type(value) is type(given))
 
 
 def _edited(current: Any, returned: Any, given: Any) -> Any:

@@ -3,12 +3,15 @@ client's own shape.
 
 A tool call the client sent with a null where a tool or its arguments stand (`"arguments": null`, `"custom": null`
 beside a function) is read as none, and reaches the app as sent; a masking guardrail returning that call as it was
-given (its mask elsewhere, in the id) was told its call was malformed, a 500 for the client's shape. A real
-LiteLLM `CustomGuardrail` each; the client is httpx on the middleware, the app a scripted model.
+given (its mask elsewhere, in the id) was told its call was malformed, a 500 for the client's shape. A call's
+name, id or type it returns as no string (an object, a number, a null) reached the app on Chat, where Messages and
+Responses dropped the edit: now refused on every route. A real LiteLLM `CustomGuardrail` each; the client is httpx
+on the middleware, the app a scripted model.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -63,3 +66,63 @@ async def test_a_clients_null_in_a_tool_call_returned_as_given_is_kept_not_blame
         got = await http.post(route, json=body)
     assert got.status_code == 200, got.text
     assert model.requests[0].body[turns(route)] == masked(body[turns(route)])
+
+
+class Returns(Masking):
+    """Returns the tool calls it was given (copies), each as `edit` makes it."""
+
+    def __init__(self, edit: Any) -> None:
+        super().__init__("all")
+        self.edit = edit
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        self.record(inputs)
+        return {**inputs, "tool_calls": [self.edit(copy.deepcopy(call)) for call in inputs["tool_calls"]]}
+
+
+def setting(value: Any, *path: str) -> Any:
+    """An edit setting the field at `path` of a call to `value`."""
+
+    def edit(call: dict[str, Any]) -> dict[str, Any]:
+        holder = call
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = value
+        return call
+
+    return edit
+
+
+CALLED = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+# Each route's history with one tool call named `f`.
+HISTORIES = {
+    "/v1/messages": messages_body([{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]),
+    "/v1/responses": responses_body({"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}),
+    "/v1/chat/completions": chat_calls(CALLED),
+}
+# Each case: the route, an edit of the call the guardrail returns, and the problem it is told.
+NOT_STRINGS: dict[str, tuple[str, Any, str]] = {
+    f"{route.split('/')[-1]}: a name returned as {kind}": (route, setting(value, "function", "name"), "name")
+    for route in HISTORIES
+    for kind, value in (("an object", {"n": "f"}), ("a number", 7), ("null", None))
+}
+NOT_STRINGS |= {
+    "completions: an id returned as an object": ("/v1/chat/completions", setting({"x": 1}, "id"), "id"),
+    "completions: a type returned as a list": ("/v1/chat/completions", setting(["function"], "type"), "type"),
+    "completions: an id left out": ("/v1/chat/completions", lambda call: {**call, "id": None}, "id"),
+}
+
+
+@pytest.mark.parametrize("where", list(NOT_STRINGS))
+async def test_a_tool_calls_string_a_guardrail_returns_as_no_string_is_refused_on_every_route(where: str) -> None:
+    """A name, id or type the guardrail was given as a string and returns as anything else is no call an app reads:
+    a hook error, 500 in the route's shape naming the guardrail, the app not called, on every route alike (Chat
+    wrote it into the request; Messages and Responses kept the original name, dropping the edit)."""
+    route, edit, field = NOT_STRINGS[where]
+    model = ScriptedModel(default=ANSWERS[route]("never"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[Returns(edit)])) as http:
+        got = await http.post(route, json=HISTORIES[route])
+    assert got.status_code == 500, got.text
+    message = f"agentic hook Returns.apply_guardrail failed: returned a tool call whose {field} is not a string"
+    assert got.json()["error"]["message"] == message
+    assert model.requests == []
