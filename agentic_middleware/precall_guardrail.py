@@ -51,11 +51,11 @@ async def call_guardrail(
     )
     if not isinstance(result, dict):
         raise HookError(hook.name, GUARDRAIL, f"returned {type(result).__name__}, not the guardrail inputs")
-    returned_messages = result.get("structured_messages")
+    returned_messages = _listed(hook, result, "structured_messages", None)
     # Lists left out of what it returns are the ones it was given, which it may have edited in place (as LiteLLM's
     # proxy, which gives a guardrail the request's own tool calls, applies such edits).
-    returned_texts = result.get("texts", view.texts)
-    returned_calls = result.get("tool_calls", view.tool_calls)
+    returned_texts = _listed(hook, result, "texts", view.texts)
+    returned_calls = _listed(hook, result, "tool_calls", view.tool_calls)
     if isinstance(returned_messages, list) and returned_messages is not view.messages:
         view.write_messages(returned_messages)
     else:
@@ -76,9 +76,22 @@ async def call_guardrail(
     # identity: a copy of the tools it was given changes nothing, so the request keeps its own declarations, whose
     # bytes a tool policy knows the client's own by (on `/v1/messages`, converted back they would lose the fields a
     # function tool has no place for, and a client's own tool would become one the policy may refuse).
-    returned_tools = result.get("tools", chat_tools)
+    returned_tools = _listed(hook, result, "tools", chat_tools)
     if isinstance(returned_tools, list) and list(map(canonical, returned_tools)) != given_tools:
         request_data["tools"] = _route_tools(returned_tools, request_data.get("tools"), own, given_tools, api_surface)
+
+
+def _listed(hook: BoundHook, result: dict[str, Any], key: str, given: list[Any] | None) -> list[Any] | None:
+    """What a guardrail returned under `key` (`given` when it left the key out): a list, or None (no edit). A tuple
+    is taken as its list, as LiteLLM's proxy (which indexes what it returns) takes one. Anything else (a generator,
+    a map, a string, an object) is a hook error: dropped, its edit would be lost and the words it masked reach the
+    app; LiteLLM's proxy fails on one too."""
+    value = result.get(key, given)
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    raise HookError(hook.name, GUARDRAIL, f"returned {key} as {type(value).__name__}, not a list")
 
 
 def _chat_tools(tools: Any, api_surface: str) -> list[Any]:

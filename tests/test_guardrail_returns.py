@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import http_client
-from guardrail_kit import WORD, Masking, masked
+from guardrail_kit import SAID, WORD, Masking, body_for, masked
 from test_guardrail_coverage import ANSWERS, messages_body, responses_body, turns
 from test_guardrail_parts import chat_body, chat_calls
 
@@ -126,3 +126,79 @@ async def test_a_tool_calls_string_a_guardrail_returns_as_no_string_is_refused_o
     message = f"agentic hook Returns.apply_guardrail failed: returned a tool call whose {field} is not a string"
     assert got.json()["error"]["message"] == message
     assert model.requests == []
+
+
+class ReturnsAs(Masking):
+    """Masks WORD in the list it was given under `key` only, and returns it as `wrap` makes it."""
+
+    def __init__(self, key: str, wrap: Any) -> None:
+        super().__init__("all")
+        self.key, self.wrap = key, wrap
+
+    async def apply_guardrail(self, inputs: Any, request_data: dict, input_type: Any, logging_obj: Any = None) -> Any:  # type: ignore[override]
+        self.record(inputs)
+        return {**inputs, self.key: self.wrap(masked(inputs.get(self.key) or []))}
+
+
+SAYING = {route: body_for(route) for route in ANSWERS}
+SAYING["/v1/chat/completions"]["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+CALLING = {**HISTORIES, "/v1/chat/completions": chat_calls(CALLED | {"id": NAMED})}
+# Each case: the route, the body, what the guardrail returns in place of a list, and under which key.
+NOT_LISTS: dict[str, tuple[str, dict[str, Any], str, Any]] = {
+    f"{route.split('/')[-1]}: texts as {kind}": (route, SAYING[route], "texts", wrap)
+    for route in ANSWERS
+    for kind, wrap in (("a generator", lambda texts: (text for text in texts)), ("a map", lambda t: map(str, t)))
+}
+NOT_LISTS |= {
+    "completions: texts as a string": ("/v1/chat/completions", SAYING["/v1/chat/completions"], "texts", " ".join),
+    "completions: texts as an object": ("/v1/chat/completions", SAYING["/v1/chat/completions"], "texts", dict.fromkeys),
+    "completions: tool_calls as a generator": (
+        "/v1/chat/completions",
+        CALLING["/v1/chat/completions"],
+        "tool_calls",
+        iter,
+    ),
+    "messages: tool_calls as a generator": ("/v1/messages", CALLING["/v1/messages"], "tool_calls", iter),
+    "responses: structured_messages as a generator": (
+        "/v1/responses",
+        responses_body({"role": "user", "content": SAID}),
+        "structured_messages",
+        iter,
+    ),
+    "completions: tools as a generator": ("/v1/chat/completions", SAYING["/v1/chat/completions"], "tools", iter),
+}
+
+
+@pytest.mark.parametrize("where", list(NOT_LISTS))
+async def test_a_guardrails_edit_returned_as_no_list_is_a_hook_error_not_dropped(where: str) -> None:
+    """Texts, tool calls, structured messages or tools returned as a generator, a map, a string or an object were
+    dropped without a word, and the words the guardrail masked reached the app: now a hook error, 500 in the route's
+    shape naming the guardrail, the app not called (LiteLLM's proxy, which takes their length, fails on them too)."""
+    route, body, key, wrap = NOT_LISTS[where]
+    model = ScriptedModel(default=ANSWERS[route]("never"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ReturnsAs(key, wrap)])) as http:
+        got = await http.post(route, json=body)
+    assert got.status_code == 500, got.text
+    assert got.json()["error"]["message"].startswith(
+        f"agentic hook ReturnsAs.apply_guardrail failed: returned {key} as "
+    )
+    assert got.json()["error"]["message"].endswith(", not a list")
+    assert model.requests == []
+
+
+TUPLES = {
+    "texts": ("/v1/chat/completions", SAYING["/v1/chat/completions"]),
+    "tool_calls": ("/v1/chat/completions", CALLING["/v1/chat/completions"]),
+    "structured_messages": ("/v1/responses", responses_body({"role": "user", "content": SAID})),
+}
+
+
+@pytest.mark.parametrize("key", list(TUPLES))
+async def test_a_guardrails_edit_returned_as_a_tuple_is_applied_as_litellm_applies_it(key: str) -> None:
+    """A tuple is a list to LiteLLM's proxy, which indexes what a guardrail returns: its masks reach the app."""
+    route, body = TUPLES[key]
+    model = ScriptedModel(default=ANSWERS[route]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[ReturnsAs(key, tuple)])) as http:
+        got = await http.post(route, json=body)
+    assert got.status_code == 200, got.text
+    assert model.requests[0].body[turns(route)] == masked(body[turns(route)])
