@@ -8,7 +8,8 @@ no characters (an image, a PDF, audio) and they open as that type's do (an image
 the base64 alphabet (`the/pineapple/is/here+`) are not bytes of any. A media type is left out only while it is one
 of the types its field takes. What can not be told apart is not given: a single word of an id's characters, a
 word after `https://` in a URL (given as an image), words hidden inside bytes that open and end as their type's
-do. Its own module because both walks, and a tool's image result (tool_results.py), ask the same questions.
+do, words in the base64 alphabet after a JPEG's head (its end is not checked: a phone's motion photo holds a video
+after it). Its own module because both walks, and a tool's image result (tool_results.py), ask the same questions.
 """
 
 from __future__ import annotations
@@ -98,9 +99,13 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*+://[!-~]++")
 _DATA_URL = re.compile(r"data:([^;,]*+)([^,]*+),")
 # How the bytes of a PNG, JPEG and GIF begin; a WebP's are `RIFF`, four bytes of size, `WEBP` (`_opens_as_image`).
 _MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
-# How they end: a PNG with its IEND chunk (length 0, the name, its CRC), a JPEG with its end-of-image marker, a
-# GIF with its trailer; a WebP's RIFF size is its length less 8 (`_ends_as_image`).
-_ENDS = {b"\x89PNG": b"\x00\x00\x00\x00IEND\xaeB`\x82", b"\xff\xd8\xff": b"\xff\xd9", b"GIF8": b";"}
+# How they end: a PNG with its IEND chunk (length 0, the name, its CRC), a GIF with its trailer; a WebP's RIFF
+# size is its length less 8 (`_opens_as_image`). A JPEG's end is not checked: phones' motion photos (Google
+# Pixel's, Samsung's) append an MP4 after its end-of-image marker (FF D9) in the same file, and such a photo must
+# stay an image, not base64 given as text (megabytes of it to an LLM guardrail, false hits for a word list) nor a
+# server tool's error result. So words in the base64 alphabet after a JPEG's head are left out as its bytes: the
+# model sees pixels, not characters, and a guardrail judging images gets it in `images`.
+_ENDS = {b"\x89PNG": b"\x00\x00\x00\x00IEND\xaeB`\x82", b"GIF8": b";"}
 # The API's words for an image's or a file's detail and an audio's format (read from the openai SDK's types).
 _DETAILS = frozenset(("auto", "low", "high", "original"))
 _AUDIO_FORMATS = frozenset(("wav", "mp3", "aac", "flac", "opus", "pcm16"))
@@ -126,14 +131,16 @@ def _whole(text: str, start: int) -> bool:
 
 
 def is_image(text: str) -> bool:
-    """Whether a whole string is an image and not words: strict base64 whose bytes open and end as a PNG, JPEG, GIF
-    or WebP does, bare or in a `data:image/png|jpeg|gif|webp;base64,` URL. A field the API fills with an image may
-    hold anything a client writes there: words after an image's first bytes, words in the base64 alphabet between
-    an image's head and no end of one, whitespace, another media type (a subtype is a token, and a token can be a
-    word) make it a text, given to the guardrail. Words hidden inside the bytes of an image that opens and ends as
-    one are not found: the model sees its pixels, not characters, and a guardrail that judges images gets it in
-    `images`. Fast on a multi-MB image: one C call checks the whole alphabet (`_BASE64`; 7 ms for a 5 MB image),
-    and only its first 16 and last 24 characters are decoded (a few microseconds more)."""
+    """Whether a whole string is an image and not words: strict base64 whose bytes open as a PNG, JPEG, GIF or WebP
+    does and, but for a JPEG, end so, bare or in a `data:image/png|jpeg|gif|webp;base64,` URL. A field the API fills
+    with an image may hold anything a client writes there: words after an image's first bytes, words in the base64
+    alphabet between a PNG's, GIF's or WebP's head and no end of one, whitespace, another media type (a subtype is
+    a token, and a token can be a word) make it a text, given to the guardrail. A JPEG's end is not checked (a
+    phone's motion photo appends a video after it: `_ENDS`), so words in the base64 alphabet after a JPEG's head are
+    taken for its bytes; and words hidden inside the bytes of any image that opens (and ends) as one are not found:
+    the model sees its pixels, not characters, and a guardrail that judges images gets it in `images`. Fast on a
+    multi-MB image: one C call checks the whole alphabet (`_BASE64`; 7 ms for a 5 MB image), and only its first 16
+    and last 24 characters are decoded (a few microseconds more)."""
     return _IMAGE.fullmatch(text) is not None and _opens_as_image(text, text.find(",") + 1)  # bare: no comma
 
 
@@ -144,14 +151,15 @@ def is_base64_image(data: str) -> bool:
 
 
 def _opens_as_image(text: str, start: int) -> bool:
-    """Whether the base64 from `start` on (its alphabet checked) is whole and its bytes open and end as a PNG, JPEG,
-    GIF or WebP does."""
+    """Whether the base64 from `start` on (its alphabet checked) is whole and its bytes open as a PNG, JPEG, GIF or
+    WebP does, and end so but for a JPEG (`_ENDS`)."""
     if not _whole(text, start):
         return False
     head = base64.b64decode(text[start : start + 16])
     magic = next((magic for magic in _MAGIC if head.startswith(magic)), None)
     if magic is not None:
-        return _tail(text, start, 24).endswith(_ENDS[magic])
+        end = _ENDS.get(magic)
+        return end is None or _tail(text, start, 24).endswith(end)
     if head[:4] != b"RIFF" or head[8:12] != b"WEBP":
         return False
     return int.from_bytes(head[4:8], "little") == _size(text, start) - 8

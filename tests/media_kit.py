@@ -30,6 +30,10 @@ JPEG = (
 GIF = "R0lGODdhAQABAIEAAMgeHgAAAAAAAAAAACwAAAAAAQABAAAIBAABBAQAOw=="
 WEBP = "UklGRjoAAABXRUJQVlA4IC4AAACwAQCdASoBAAEAAUAmJaACdLoABDAAAP7x3I/4DdfFtMv/vYL/3YL/3YL/WwAA"
 IMAGES = {"image/png": PNG, "image/jpeg": JPEG, "image/gif": GIF, "image/webp": WEBP}
+# A phone's motion photo (Google Pixel's, Samsung's): the JPEG, then an MP4 (its `ftyp` box, an `mdat` of frames)
+# in the same file, after the JPEG's end-of-image marker.
+_MP4 = struct.pack(">I", 24) + b"ftypmp42" + bytes(4) + b"mp42isom" + struct.pack(">I", 40) + b"mdat" + bytes(32)
+MOTION_PHOTO = base64.b64encode(base64.b64decode(JPEG) + _MP4).decode()
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

@@ -445,3 +445,69 @@ async def test_real_images_pdfs_and_audio_reach_the_app_unchanged_and_are_no_tex
     assert guard.texts == WORDS_OF[route]
     turns = "input" if route == "/v1/responses" else "messages"
     assert model.requests[0].body[turns] == REAL[route][turns]
+
+
+MOTION = media_kit.MOTION_PHOTO
+# A phone's motion photo where each route takes an image, and a PNG with bytes after its end where the end is still
+# checked.
+MOTION_PHOTOS: dict[str, dict[str, Any]] = {
+    "/v1/messages": messages_body({"role": "user", "content": [data_image(MOTION, "image/jpeg")]}),
+    "/v1/chat/completions": chat_body(
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{MOTION}"}}]}
+    ),
+    "/v1/responses": responses_body(
+        {"role": "user", "content": [{"type": "input_image", "image_url": f"data:image/jpeg;base64,{MOTION}"}]}
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(MOTION_PHOTOS))
+async def test_a_phones_motion_photo_is_an_image_not_a_text(route: str) -> None:
+    """A JPEG with a video after its end (Google Pixel's, Samsung's motion photos) is an image: given in `images`,
+    not as base64 among the texts, and reaching the app unchanged (the last commit's JPEG end check gave it as
+    text: false hits for a word list, megabytes of base64 to an LLM guardrail)."""
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=ANSWERS[route]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post(route, json=MOTION_PHOTOS[route])
+    assert got.status_code == 200, got.text
+    assert guard.texts == ["hi"]
+    assert guard.images[0] == [f"data:image/jpeg;base64,{MOTION}"]
+    turns = "input" if route == "/v1/responses" else "messages"
+    assert model.requests[0].body[turns] == MOTION_PHOTOS[route][turns]
+
+
+@server_tool
+def motion_snap() -> ToolResult:
+    """Takes a motion photo."""
+    return ToolResult("a picture", images=(Image("image/jpeg", MOTION),))
+
+
+async def test_a_server_tools_motion_photo_is_an_image_result_not_an_error() -> None:
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(message(tool_use("motion_snap", {})), ANSWERS["/v1/messages"]("done"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard, ServerTools([motion_snap])])) as http:
+        got = await http.post("/v1/messages", json=messages_body())
+    assert got.status_code == 200, got.text
+    assert MOTION in model.requests[1].raw.decode()
+    assert guard.images[1] == [f"data:image/jpeg;base64,{MOTION}"]
+    assert not any("is not base64" in text for text in guard.texts)
+
+
+# A PNG, a GIF and a WebP with bytes after their end: their end is still checked, so they are given as texts.
+AFTER_THE_END = {
+    media: base64.b64encode(base64.b64decode(data) + b"\x00" * 12).decode()
+    for media, data in media_kit.IMAGES.items()
+    if media != "image/jpeg"
+}
+
+
+@pytest.mark.parametrize("media", list(AFTER_THE_END))
+async def test_an_image_other_than_a_jpeg_with_bytes_after_its_end_is_still_a_text(media: str) -> None:
+    body = messages_body({"role": "user", "content": [data_image(AFTER_THE_END[media], media)]})
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=ANSWERS["/v1/messages"]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post("/v1/messages", json=body)
+    assert got.status_code == 200, got.text
+    assert guard.texts == ["hi", AFTER_THE_END[media]]
