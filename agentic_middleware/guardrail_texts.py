@@ -89,6 +89,9 @@ _SEARCH_RESULT_READ = read_fields("title", "source", "content")
 _REASONING_READ = read_fields("summary", "content", "encrypted_content")
 _OUTPUT_READ = read_fields("output")
 _THINKING_READ = {kind: read_fields(field) for kind, field in _THINKING.items()}
+# A structured output's schema object and Chat's `response_format` around it (`strict`, a boolean, is an API field).
+_SCHEMA_READ = read_fields("name", "description", "schema")
+_RESPONSE_FORMAT_READ = read_fields("json_schema")
 
 
 def _kind(holder: dict[str, Any]) -> str | None:
@@ -165,7 +168,10 @@ def extra_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
     Responses a stored prompt's `variables` (strings, or parts: the prompt's words, filled in)."""
     if api_surface == "chat_completions":
         fmt = _object(data, "response_format")
-        yield from _schema_slots(_object(fmt, "json_schema") if fmt is not None else None)
+        if fmt is not None:
+            yield from _schema_slots(_object(fmt, "json_schema"))
+            if not plain(fmt, _RESPONSE_FORMAT_READ):  # its type, when free text; fields made up on it
+                yield from rest_slots(fmt, _RESPONSE_FORMAT_READ)
     elif api_surface == "anthropic_messages":
         yield from _schema_slots(_object(data, "output_format"))
     else:
@@ -190,6 +196,10 @@ def _object(holder: dict[str, Any], key: str) -> dict[str, Any] | None:
 
 
 def _schema_slots(schema_format: dict[str, Any] | None) -> Iterator[Slot]:
+    """A structured output's schema object (Chat's `json_schema`, Responses' `text.format`, Messages'
+    `output_format`): its name, description and every key and string of its schema; and, walked as a known part's
+    are (`rest_slots`), its `type` when it is no token and the fields a client made up on it, which an app that
+    writes the format into the prompt shows the model."""
     if schema_format is None:
         return
     yield from string_slot(schema_format, "name")
@@ -197,6 +207,8 @@ def _schema_slots(schema_format: dict[str, Any] | None) -> Iterator[Slot]:
     schema = schema_format.get("schema")
     if schema is not None:
         yield from every_string(schema, 1)
+    if not plain(schema_format, _SCHEMA_READ):
+        yield from rest_slots(schema_format, _SCHEMA_READ)
 
 
 def _block_slots(block: dict[str, Any], skip_tool: bool, assistant: bool) -> Iterator[Slot]:

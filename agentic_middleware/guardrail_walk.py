@@ -68,6 +68,8 @@ API_FIELDS = HARMLESS.union(
         "provider_specific_fields",
         "prefix",
         "format",
+        # a structured output's schema: whether it binds the model
+        "strict",
         # Responses: a text's logprobs, a file's name and URL, an assistant message's phase, an MCP server's label
         "logprobs",
         "token",

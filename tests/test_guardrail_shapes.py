@@ -140,7 +140,75 @@ OUTSIDE = {
         {"max_tokens": 5, "messages": [U], "output_format": {"type": "json_schema", "schema": SCHEMA}},
         ("output_format", "schema", "properties", "answer", "description"),
     ),
+    # the format objects' own type, and fields made up on them (third review, a17)
+    "chat response_format type of words": (
+        "chat",
+        {"messages": [U], "response_format": {"type": SAID, "json_schema": {"name": "x", "schema": {}}}},
+        ("response_format", "type"),
+    ),
+    "chat response_format made-up field": (
+        "chat",
+        {"messages": [U], "response_format": {"type": "json_object", "note": SAID}},
+        ("response_format", "note"),
+    ),
+    "chat json_schema made-up field": (
+        "chat",
+        {"messages": [U], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "note": SAID}}},
+        ("response_format", "json_schema", "note"),
+    ),
+    "responses text.format type of words": (
+        "responses",
+        {"input": "hi", "text": {"format": {"type": SAID, "name": "x", "schema": {}}}},
+        ("text", "format", "type"),
+    ),
+    "responses text.format made-up field": (
+        "responses",
+        {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}, "note": SAID}}},
+        ("text", "format", "note"),
+    ),
+    "messages output_format type of words": (
+        "messages",
+        {"max_tokens": 5, "messages": [U], "output_format": {"type": SAID, "schema": {}}},
+        ("output_format", "type"),
+    ),
+    "messages output_format made-up field": (
+        "messages",
+        {"max_tokens": 5, "messages": [U], "output_format": {"type": "json_schema", "schema": {}, "note": SAID}},
+        ("output_format", "note"),
+    ),
 }
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        (
+            "chat",
+            {
+                "messages": [U],
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "description": "d", "schema": {}, "strict": True},
+                },
+            },
+        ),
+        ("chat", {"messages": [U], "response_format": {"type": "json_object"}}),
+        (
+            "responses",
+            {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}, "strict": True}}},
+        ),
+        ("messages", {"max_tokens": 5, "messages": [U], "output_format": {"type": "json_schema", "schema": {}}}),
+    ],
+    ids=["chat json_schema", "chat json_object", "responses", "messages"],
+)
+async def test_a_structured_outputs_own_fields_are_no_texts(route: str, body: dict[str, Any]) -> None:
+    """An ordinary format's type and `strict` flag are the API's, not words: only its name and description are given."""
+    guard = Masking()
+    model = ScriptedModel(default={**ANSWERS[route]})
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post(ROUTES[route], json={"model": "g", **body})
+    assert got.status_code == 200
+    assert [text for text in guard.texts if text not in ("hi", "x", "d")] == []
 
 
 @pytest.mark.parametrize("case", list(OUTSIDE))
