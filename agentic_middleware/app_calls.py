@@ -19,7 +19,7 @@ from .chains import Chains
 from .dispatch import Answer
 from .errors import HookError
 from .observe import RoundRecord, set_attributes
-from .payload import dumps
+from .payload import dumps, own_size
 from .replies import Replies
 from .retries import Retries
 from .shown import ShownIds
@@ -54,8 +54,11 @@ class AppCalls(Replies):
         return self.call_app(raw)
 
     def written(self) -> bytes:
-        """The body as a rerun sends it, written from the objects as they are now (a retry's too: `Retries.body`)."""
-        return dumps(self.on_the_wire(self.body))
+        """The body as a rerun sends it, written from the objects as they are now (a retry's too: `Retries.body`), in
+        an allocation of its own size (`own_size`): the app may keep the bytes it read while its answer streams, and
+        orjson's output keeps the 4 KB or more it was written into (3.4 KB more a stream with a tool round, where the
+        rerun encoder before 67742af joined bytes of their own size)."""
+        return own_size(dumps(self.on_the_wire(self.body)))
 
     def call_app(self, body: bytes) -> Coroutine[Any, Any, Answer | None]:
         """One internal call of the model app, timed into the round (a rerun's retries and their waits included) and

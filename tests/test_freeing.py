@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import tracemalloc
 import types
 from collections import Counter
 from typing import Any
@@ -237,3 +238,38 @@ async def test_while_a_round_streams_its_own_request_bytes_are_not_held_by_the_l
         await asyncio.wait_for(request, 5)
     assert len(bodies) == 2  # the first call and the rerun, which streams while the holders are looked for
     assert holders == []
+
+
+@pytest.mark.parametrize("route", ["messages", "chat", "responses"])
+async def test_a_reruns_request_bytes_the_app_keeps_are_an_allocation_of_their_own_size(route: str) -> None:
+    """An app may keep the bytes it read for as long as its answer streams (minutes, on a live round): a rerun's body
+    is handed over in an allocation of its own size, not orjson's output buffer (4 KB or more however short the
+    JSON), which thousands of held streams with a tool round each would keep for nothing."""
+    bodies: list[bytes] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        bodies.append(await read_body(receive))
+        history = orjson.loads(bodies[-1])["input" if route == "responses" else "messages"]
+        first = isinstance(history, str) or len(history) == 1
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", JSON)]})
+        await send({"type": "http.response.body", "body": orjson.dumps(answer(route, first, "lookup"))})
+
+    body: dict[str, Any] = {"model": "m", "max_tokens": 64}
+    body["input" if route == "responses" else "messages"] = [{"role": "user", "content": "go"}]
+    raw = orjson.dumps(body)
+
+    async def send(message_: Message) -> None:
+        pass
+
+    tracemalloc.start(25)
+    try:
+        await AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])])(
+            http_scope(PATHS[route], raw), client_receive(raw), send
+        )
+        rerun = bodies[-1]
+        where = tracemalloc.get_object_traceback(rerun)
+        blocks = [trace.size for trace in tracemalloc.take_snapshot().traces if trace.traceback == where]
+    finally:
+        tracemalloc.stop()
+    assert len(bodies) == 2 and len(rerun) < 2048  # a short rerun body, which orjson writes into 4 KB or more
+    assert blocks and max(blocks) < len(rerun) + 64  # the bytes object's header and its data, nothing more
