@@ -93,7 +93,7 @@ _BYTES = re.compile(_BASE64)
 # behind a data URL of the four image types the APIs take, or bare; a URL of any scheme, one token of printable ASCII.
 _MIME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+"
 _FILE_DATA = re.compile(f"(?:data:({_MIME});base64,)?+{_BASE64}")
-_IMAGE = re.compile(f"(?:data:image/(?:png|jpeg|gif|webp);base64,)?+{_BASE64}")
+_IMAGE = re.compile(f"(?:data:image/(?:png|jpe?g|gif|webp);base64,)?+{_BASE64}")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*+://[!-~]++")
 # A `data:` URL's media type and parameters, however written: to tell a text's base64 (refused) from bytes.
 _DATA_URL = re.compile(r"data:([^;,]*+)([^,]*+),")
@@ -108,13 +108,43 @@ _MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
 _ENDS = {b"\x89PNG": b"\x00\x00\x00\x00IEND\xaeB`\x82", b"GIF8": b";"}
 # The API's words for an image's or a file's detail and an audio's format (read from the openai SDK's types).
 _DETAILS = frozenset(("auto", "low", "high", "original"))
-_AUDIO_FORMATS = frozenset(("wav", "mp3", "aac", "flac", "opus", "pcm16"))
+# OpenAI's audio formats, and those LiteLLM passes on to Gemini (`aiff`, `ogg`, `webm`, `m4a`, `mp4`).
+_AUDIO_FORMATS = frozenset(("wav", "mp3", "aac", "flac", "opus", "pcm16", "aiff", "ogg", "webm", "m4a", "mp4"))
 # The media types the APIs take as bytes the model reads as no characters (pixels, a PDF's pages, sound): the
 # four image types (Anthropic's image sources, OpenAI's image inputs), a PDF (Anthropic's base64 documents,
 # OpenAI's file inputs), and audio as LiteLLM names an input's format. A field declaring one is left out only while
 # its bytes open (and a PDF's end) as that type's do (`_BYTES_OF`); any other type there is given, as a word.
 IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
-_AUDIO_TYPES = frozenset(("audio/wav", "audio/x-wav", "audio/wave", "audio/mpeg", "audio/mp3"))
+# `image/jpg`: a common alias of `image/jpeg` that OpenAI and LiteLLM take in a data URL (not Anthropic's
+# `media_type`, which `is_image_type` checks): a JPEG's bytes either way.
+_IMAGE_DATA_TYPES = IMAGE_TYPES | {"image/jpg"}
+
+
+def _wave(head: bytes) -> bool:
+    return head[:4] == b"RIFF" and head[8:12] == b"WAVE"
+
+
+def _mpeg(head: bytes) -> bool:
+    """An ID3 tag, or an MPEG frame's 11 bits of sync (which an AAC ADTS header shares)."""
+    return head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0)
+
+
+# How the bytes of each audio type open, by its media type: a WAV's `RIFF`, a size, `WAVE`; an MP3's ID3 tag or
+# frame sync; an Ogg's `OggS`; a FLAC's `fLaC`; an AAC's ADTS header (`FFF1`, `FFF9`: sync, no layer); an AIFF's
+# `FORM`, a size, `AIFF` (or `AIFC`); a WebM's EBML head (`1A45DFA3`); an MP4's (M4A's) `ftyp` box at byte 4.
+_AUDIO_HEADS: dict[str, Callable[[bytes], bool]] = {
+    **dict.fromkeys(("audio/wav", "audio/x-wav", "audio/wave"), _wave),
+    **dict.fromkeys(("audio/mpeg", "audio/mp3"), _mpeg),
+    **dict.fromkeys(("audio/ogg", "audio/opus"), lambda head: head.startswith(b"OggS")),
+    **dict.fromkeys(("audio/flac", "audio/x-flac"), lambda head: head.startswith(b"fLaC")),
+    **dict.fromkeys(("audio/aac", "audio/x-aac"), lambda head: head[:2] in (b"\xff\xf1", b"\xff\xf9")),
+    **dict.fromkeys(
+        ("audio/aiff", "audio/x-aiff"), lambda head: head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC")
+    ),
+    "audio/webm": lambda head: head.startswith(b"\x1a\x45\xdf\xa3"),
+    **dict.fromkeys(("audio/mp4", "audio/m4a", "audio/x-m4a"), lambda head: head[4:8] == b"ftyp"),
+}
+_AUDIO_TYPES = frozenset(_AUDIO_HEADS)
 _KNOWN_TYPES = IMAGE_TYPES | _AUDIO_TYPES | {"application/pdf"}
 # Media types whose bytes are a text the model reads (decoded by the provider): a guardrail can not judge them as
 # base64, so a field that declares one and holds base64 is refused (guardrail_opaque.py), not given nor left out.
@@ -132,7 +162,7 @@ def _whole(text: str, start: int) -> bool:
 
 def is_image(text: str) -> bool:
     """Whether a whole string is an image and not words: strict base64 whose bytes open as a PNG, JPEG, GIF or WebP
-    does and, but for a JPEG, end so, bare or in a `data:image/png|jpeg|gif|webp;base64,` URL. A field the API fills
+    does and, but for a JPEG, end so, bare or in a `data:image/png|jpeg|jpg|gif|webp;base64,` URL. A field the API fills
     with an image may hold anything a client writes there: words after an image's first bytes, words in the base64
     alphabet between a PNG's, GIF's or WebP's head and no end of one, whitespace, another media type (a subtype is
     a token, and a token can be a word) make it a text, given to the guardrail. A JPEG's end is not checked (a
@@ -181,22 +211,26 @@ def _pdf(text: str, start: int) -> bool:
 
 
 def _audio(text: str, start: int) -> bool:
-    """Audio opens as a WAV (`RIFF`, a size, `WAVE`), an MP3 (an ID3 tag or an MPEG frame's sync, which an AAC
-    ADTS header shares), a FLAC (`fLaC`) or an Ogg Opus (`OggS`) does. Only its head is read: raw PCM, which has
-    none, is given."""
-    head = base64.b64decode(text[start : start + 16])
-    return (
-        (head[:4] == b"RIFF" and head[8:12] == b"WAVE")
-        or head.startswith((b"ID3", b"fLaC", b"OggS"))
-        or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0)
-    )
+    """Audio opens as one of the audio types does (`_AUDIO_HEADS`), whichever its format says. Only its head is
+    read: raw PCM, which has none, is given."""
+    head = _head(text, start)
+    return any(opens(head) for opens in set(_AUDIO_HEADS.values()))
+
+
+def _head(text: str, start: int) -> bytes:
+    return base64.b64decode(text[start : start + 16])
+
+
+def _audio_of(media: str) -> Callable[[str, int], bool]:
+    """A `file_data`'s audio of the media type it declares: its bytes open as that type's do (`_AUDIO_HEADS`)."""
+    return lambda text, start: _AUDIO_HEADS[media](_head(text, start))
 
 
 # How the bytes of each known type are told from words (the alphabet and length checked first).
 _BYTES_OF: dict[str, Callable[[str, int], bool]] = {
     "application/pdf": _pdf,
-    **dict.fromkeys(IMAGE_TYPES, _opens_as_image),
-    **dict.fromkeys(_AUDIO_TYPES, _audio),
+    **dict.fromkeys(_IMAGE_DATA_TYPES, _opens_as_image),
+    **{media: _audio_of(media) for media in _AUDIO_TYPES},
 }
 
 

@@ -511,3 +511,63 @@ async def test_an_image_other_than_a_jpeg_with_bytes_after_its_end_is_still_a_te
         got = await http.post("/v1/messages", json=body)
     assert got.status_code == 200, got.text
     assert guard.texts == ["hi", AFTER_THE_END[media]]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+# The heads of the audio types a `file_data` declares (hostile review, guard-4 F6): each opens as its type's does.
+AUDIO_HEADS = {
+    "audio/ogg": b"OggS\x00\x02",
+    "audio/flac": b"fLaC\x00\x00\x00\x22",
+    "audio/aac": b"\xff\xf1\x50\x80\x02\x1f\xfc",
+    "audio/aiff": b"FORM\x00\x00\x10\x00AIFFCOMM",
+    "audio/x-aiff": b"FORM\x00\x00\x10\x00AIFCCOMM",
+    "audio/webm": b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01",
+    "audio/mp4": b"\x00\x00\x00\x20ftypM4A \x00\x00\x02\x00",
+    "audio/x-m4a": b"\x00\x00\x00\x20ftypM4A \x00\x00\x02\x00",
+}
+ALIASES = chat_body(
+    {
+        "role": "user",
+        "content": [
+            {"type": "image_url", "image_url": {"url": f"data:image/jpg;base64,{media_kit.JPEG}"}},
+            *(
+                {"type": "file", "file": {"file_data": f"data:{media};base64,{_b64(head + bytes(range(256)) * 4)}"}}
+                for media, head in AUDIO_HEADS.items()
+            ),
+            {
+                "type": "input_audio",
+                "input_audio": {"data": _b64(AUDIO_HEADS["audio/webm"] + bytes(48)), "format": "webm"},
+            },
+        ],
+    }
+)
+
+
+async def test_a_jpg_alias_and_audio_of_its_declared_type_are_no_texts() -> None:
+    """`data:image/jpg` (an alias OpenAI and LiteLLM take) is a JPEG, and a `file_data` of Ogg, FLAC, AAC, AIFF,
+    WebM or MP4 audio whose bytes open as its type's do is audio: neither given as megabytes of base64 text (false
+    hits for a word list), and the JPEG given in `images`."""
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=ANSWERS["/v1/chat/completions"]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post("/v1/chat/completions", json=ALIASES)
+    assert got.status_code == 200, got.text
+    assert guard.texts == ["hi"]
+    assert guard.images[0] == [f"data:image/jpg;base64,{media_kit.JPEG}"]
+    assert model.requests[0].body["messages"] == ALIASES["messages"]
+
+
+async def test_audio_whose_bytes_are_not_of_its_declared_type_is_a_text() -> None:
+    """A `file_data` declaring WebM audio whose bytes open as an Ogg's is not left out as WebM's: its type and its
+    head must agree."""
+    data = f"data:audio/webm;base64,{_b64(AUDIO_HEADS['audio/ogg'] + bytes(48))}"
+    body = chat_body({"role": "user", "content": [{"type": "file", "file": {"file_data": data}}]})
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=ANSWERS["/v1/chat/completions"]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post("/v1/chat/completions", json=body)
+    assert got.status_code == 200, got.text
+    assert guard.texts == ["hi", data]
