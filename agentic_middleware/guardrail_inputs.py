@@ -35,6 +35,7 @@ import orjson
 from .guardrail_texts import TOOL_OUTPUTS, extra_slots
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
+from .guardrail_values import is_file_image
 from .guardrail_walk import KeyOf, Slot, check_depth, refuse_merged_keys, rename_keys, unreadable
 from .surfaces.responses import input_items
 
@@ -395,6 +396,11 @@ def _part_images(content: Any, skip_tool: bool) -> Iterator[str]:
             url = url.get("url") if isinstance(url, dict) else url
             if isinstance(url, str) and url:
                 yield url
+        elif kind in ("file", "input_file"):
+            file = part.get("file") if kind == "file" else part
+            data_ = file.get("file_data") if isinstance(file, dict) else None
+            if isinstance(data_, str) and is_file_image(data_):
+                yield data_
         elif kind in ("tool_result", "mcp_tool_result") and not skip_tool:
             yield from _part_images(part.get("content"), False)
         elif kind == "document" and isinstance(source := part.get("source"), dict) and source.get("type") == "content":

@@ -263,6 +263,12 @@ def is_file_data(value: str) -> bool:
     return check is not None and _whole(value, start) and check(value, start)
 
 
+def is_file_image(value: str) -> bool:
+    """A `file_data` that is an image (`data:image/png;base64,...` whose bytes are a PNG's), which LiteLLM gives
+    the model as an image: left out of the texts (`is_file_data`), so given among the `images`."""
+    return file_data_type(value) in _IMAGE_DATA_TYPES and is_file_data(value)
+
+
 def is_text_type(value: str) -> bool:
     """A media type whose bytes are a text the model reads (`text/*`, JSON, XML, YAML, code...)."""
     return _TEXT_TYPE.fullmatch(value) is not None

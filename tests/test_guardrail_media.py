@@ -111,6 +111,32 @@ NESTED: dict[str, tuple[str, dict[str, Any], list[str], list[str]]] = {
         [URL],
         [],
     ),
+    "chat: a file part's image, at its place": (
+        "/v1/chat/completions",
+        chat_body(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "https://a.test/first.png"}},
+                    {"type": "file", "file": {"filename": "a.png", "file_data": f"data:image/png;base64,{PNG}"}},
+                    {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PDF}"}},
+                ],
+            }
+        ),
+        ["https://a.test/first.png", f"data:image/png;base64,{PNG}"],
+        ["https://a.test/first.png", f"data:image/png;base64,{PNG}"],
+    ),
+    "responses: an input_file's image": (
+        "/v1/responses",
+        responses_body(
+            {
+                "role": "user",
+                "content": [{"type": "input_file", "filename": "a.png", "file_data": f"data:image/png;base64,{PNG}"}],
+            }
+        ),
+        [f"data:image/png;base64,{PNG}"],
+        [f"data:image/png;base64,{PNG}"],
+    ),
     "responses: input_images in a function_call_output": (
         "/v1/responses",
         function_output({"type": "input_text", "text": "r"}, {"type": "input_image", "image_url": URL}),
