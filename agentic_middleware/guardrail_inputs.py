@@ -42,7 +42,7 @@ from .surfaces.responses import input_items
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
 _TEXT_FIELDS = ("system", "messages", "input", "instructions")
 # The request fields that hold texts the model reads besides the messages (guardrail_texts.extra_slots).
-_SCHEMA_FIELDS = ("response_format", "text", "prompt", "output_format")
+_SCHEMA_FIELDS = ("response_format", "text", "prompt", "output_format", "output_config")
 
 
 def skips(guardrail: object) -> tuple[bool, bool]:

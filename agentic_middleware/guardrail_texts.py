@@ -163,8 +163,9 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
 
 def extra_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
     """The texts the model reads outside the messages, after theirs: a structured output's JSON schema (Chat's
-    `response_format`, Responses' `text.format`, Messages' `output_format`: its name, description and every key
-    and string of the schema, where a property's name and description tell the model what to write), and on
+    `response_format`, Responses' `text.format`, Messages' `output_config.format` and the beta's `output_format`:
+    its name, description and every key and string of the schema, where a property's name and description tell
+    the model what to write), and on
     Responses a stored prompt's `variables` (strings, or parts: the prompt's words, filled in)."""
     if api_surface == "chat_completions":
         fmt = _object(data, "response_format")
@@ -173,7 +174,9 @@ def extra_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
             if not plain(fmt, _RESPONSE_FORMAT_READ):  # its type, when free text; fields made up on it
                 yield from rest_slots(fmt, _RESPONSE_FORMAT_READ)
     elif api_surface == "anthropic_messages":
-        yield from _schema_slots(_object(data, "output_format"))
+        yield from _schema_slots(_object(data, "output_format"))  # the beta's
+        config = _object(data, "output_config")  # structured outputs as released: `output_config.format`
+        yield from _schema_slots(_object(config, "format") if config is not None else None)
     else:
         text = _object(data, "text")
         yield from _schema_slots(_object(text, "format") if text is not None else None)

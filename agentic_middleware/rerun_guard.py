@@ -30,7 +30,10 @@ if TYPE_CHECKING:
 
 # The fields besides the messages whose words the guardrails read (guardrail_texts.py) or whose declarations they
 # are given (`tools`): a round that changes one has it judged again.
-TEXT_FIELDS = ("system", "instructions", "tools", "tool_choice", "response_format", "text", "prompt", "output_format")
+TEXT_FIELDS = (
+    *("system", "instructions", "tools", "tool_choice", "response_format", "text", "prompt", "output_format"),
+    "output_config",
+)
 
 _ABSENT = object()
 

@@ -140,6 +140,24 @@ OUTSIDE = {
         {"max_tokens": 5, "messages": [U], "output_format": {"type": "json_schema", "schema": SCHEMA}},
         ("output_format", "schema", "properties", "answer", "description"),
     ),
+    "messages output_config.format schema": (  # structured outputs as released (fourth review, F1)
+        "messages",
+        {
+            "max_tokens": 5,
+            "messages": [U],
+            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": SCHEMA}},
+        },
+        ("output_config", "format", "schema", "properties", "answer", "description"),
+    ),
+    "messages output_config.format made-up field": (
+        "messages",
+        {
+            "max_tokens": 5,
+            "messages": [U],
+            "output_config": {"format": {"type": "json_schema", "schema": {}, "note": SAID}},
+        },
+        ("output_config", "format", "note"),
+    ),
     # the format objects' own type, and fields made up on them (third review, a17)
     "chat response_format type of words": (
         "chat",
@@ -198,8 +216,12 @@ OUTSIDE = {
             {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}, "strict": True}}},
         ),
         ("messages", {"max_tokens": 5, "messages": [U], "output_format": {"type": "json_schema", "schema": {}}}),
+        (
+            "messages",
+            {"max_tokens": 5, "messages": [U], "output_config": {"format": {"type": "json_schema", "schema": {}}}},
+        ),
     ],
-    ids=["chat json_schema", "chat json_object", "responses", "messages"],
+    ids=["chat json_schema", "chat json_object", "responses", "messages", "messages output_config"],
 )
 async def test_a_structured_outputs_own_fields_are_no_texts(route: str, body: dict[str, Any]) -> None:
     """An ordinary format's type and `strict` flag are the API's, not words: only its name and description are given."""
