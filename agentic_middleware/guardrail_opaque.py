@@ -5,11 +5,12 @@ Each is left out of a guardrail's texts only while it holds what the API puts th
 field declares (a PDF, audio, a file's `file_data` behind its `data:` URL prefix: guardrail_values.py), an image
 where an image belongs (`is_image`) or a URL (given as one of the `images`, as LiteLLM gives them), a media type
 its field takes, one of the API's words for a detail or an audio format, one token for an index or an id. Base64
-of a text's type (`data:text/plain;base64,...`, a base64 document of `text/plain`) is refused: the provider
-decodes it for the model, and no guardrail can judge it as base64. Anything else in them (free text, an object a
-client made up) is given as a field no reader names is, every string and every key but the APIs' own names: a
-lenient app may show the model what it does not read as bytes. The other fields of these parts (`cache_control`, a
-`file_id`, fields a client made up) are walked as on any known part (`rest_slots`).
+of any other type or of none (`data:text/plain;base64,...`, `data:;base64,...`, a base64 document of `text/plain`)
+is refused, failing closed: the provider may decode it for the model, and no guardrail can judge it as base64.
+Anything else in them (free text, an object a client made up) is given as a field no reader names is, every
+string and every key but the APIs' own names: a lenient app may show the model what it does not read as bytes.
+The other fields of these parts (`cache_control`, a `file_id`, fields a client made up) are walked as on any known
+part (`rest_slots`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from .guardrail_values import (
     file_data_type,
     is_audio,
     is_audio_format,
+    is_bare_base64,
+    is_byte_type,
     is_detail,
     is_file_data,
     is_image,
@@ -30,7 +33,6 @@ from .guardrail_values import (
     is_pdf,
     is_pdf_type,
     is_plain_text_type,
-    is_text_type,
     is_token,
     never,
 )
@@ -63,34 +65,53 @@ def opaque_slots(holder: dict[str, Any], checks: Mapping[str, Check]) -> Iterato
 
 
 def _file_data(value: str) -> bool:
-    """A `file_data` left out while it is bytes the model reads as no characters (`is_file_data`). One declaring a
-    text's media type in base64 (`data:text/plain;base64,...`) is refused: the provider decodes it and the model
-    reads the text, which a guardrail given base64 could not judge, and passing it on would leave it unjudged."""
+    """A `file_data` left out while it is bytes the model reads as no characters (`is_file_data`). Base64 of any
+    other type, or of none (`data:;base64,`, which RFC 2397 makes `text/plain`; bare base64 that is no PDF), is
+    refused: the provider decodes it (a text, JSON, code, an office document's XML) for the model to read, which a
+    guardrail given base64 could not judge. Failing closed: a list of text types always misses one. A known type
+    whose bytes are not its own is given, its words judged."""
+    if is_file_data(value):
+        return True
     declared = file_data_type(value)
-    if declared is not None and is_text_type(declared):
-        raise unreadable(f"a file_data of {declared} in base64")
-    return is_file_data(value)
+    if declared is not None and not is_byte_type(declared):
+        raise unreadable(f"a file_data of {declared or 'no media type'} in base64")
+    if declared is None and is_bare_base64(value):
+        raise unreadable("a file_data in base64 of no media type")
+    return False
+
+
+def _image_url(value: str) -> bool:
+    """An image's URL (`is_image_or_url`); a data URL of a PDF or audio whose bytes are its type's, which LiteLLM
+    hands on as inline data of that type, is left out too. A data URL of base64 of any other type (`text/plain`,
+    JSON, none) is refused as a `file_data` of one is (`_file_data`); one of an image type that is no image is
+    given, its words judged."""
+    if is_image_or_url(value) or (is_file_data(value) and file_data_type(value) is not None):
+        return True
+    declared = file_data_type(value)
+    if declared is not None and not is_byte_type(declared):
+        raise unreadable(f"an image URL of {declared or 'no media type'} in base64")
+    return False
 
 
 def _document_type(value: str) -> bool:
-    """A base64 document's `media_type`: a PDF's, left out; a text's is refused as a `file_data` of one is
-    (`_file_data`); any other is given."""
-    if is_text_type(value):
+    """A base64 document's `media_type`: a PDF's, left out; any other is refused as a `file_data` of one is
+    (`_file_data`): Anthropic takes PDFs only, and a lenient app may decode any other for the model."""
+    if not is_pdf_type(value):
         raise unreadable(f"a base64 document of {value}")
-    return is_pdf_type(value)
+    return True
 
 
 # What each part's reader leaves out while it holds what the API puts there (`opaque_slots`), and reads.
-_IMAGE_SOURCE = {"data": is_image, "media_type": is_image_type, "url": is_image_or_url}
+_IMAGE_SOURCE = {"data": is_image, "media_type": is_image_type, "url": _image_url}
 _IMAGE_SOURCES = frozenset(("base64", "url", "file"))
-_INPUT_IMAGE = {"image_url": is_image_or_url, "detail": is_detail}
+_INPUT_IMAGE = {"image_url": _image_url, "detail": is_detail}
 _FILE = {"file_data": _file_data, "detail": is_detail}
 _INPUT_IMAGE_READ = read_fields(*_INPUT_IMAGE)
 _FILE_READ = read_fields(*_FILE)
 # The parts that hold their media in an object, by the field that holds it, and what is read of that object.
 _INNER: dict[str, tuple[str, Mapping[str, Check]]] = {
     "image": ("source", _IMAGE_SOURCE),
-    "image_url": ("image_url", {"url": is_image_or_url, "detail": is_detail, "format": is_known_type}),
+    "image_url": ("image_url", {"url": _image_url, "detail": is_detail, "format": is_known_type}),
     "input_audio": ("input_audio", {"data": is_audio, "format": is_audio_format}),
     "file": ("file", _FILE),
 }
@@ -125,7 +146,7 @@ def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
     elif isinstance(value, dict):
         yield from _fields(value, checks, read_fields(*checks))
     else:  # Chat's image URL as a string; anything else where the object belongs is no image, and given
-        yield from opaque_slots(part, {inner: is_image_or_url if kind == "image_url" else never})
+        yield from opaque_slots(part, {inner: _image_url if kind == "image_url" else never})
     read = read_fields(inner)
     if not plain(part, read):
         yield from rest_slots(part, read)

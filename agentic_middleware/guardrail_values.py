@@ -92,11 +92,12 @@ _BYTES = re.compile(_BASE64)
 # A MIME type of no parameters (`application/pdf`); a file's data, with its `data:` URL prefix or without; an image
 # behind a data URL of the four image types the APIs take, or bare; a URL of any scheme, one token of printable ASCII.
 _MIME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+"
-_FILE_DATA = re.compile(f"(?:data:({_MIME});base64,)?+{_BASE64}")
-_IMAGE = re.compile(f"(?:data:image/(?:png|jpe?g|gif|webp);base64,)?+{_BASE64}")
+_FILE_DATA = re.compile(f"(?:(?i:data):({_MIME});base64,)?+{_BASE64}")
+_IMAGE = re.compile(f"(?:(?i:data):image/(?:png|jpe?g|gif|webp);base64,)?+{_BASE64}")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*+://[!-~]++")
-# A `data:` URL's media type and parameters, however written: to tell a text's base64 (refused) from bytes.
-_DATA_URL = re.compile(r"data:([^;,]*+)([^,]*+),")
+# A `data:` URL's media type and parameters, however written (its scheme in any case, as RFC 3986 has it): to tell
+# bytes of a known type from base64 of anything else (refused).
+_DATA_URL = re.compile(r"data:([^;,]*+)([^,]*+),", re.IGNORECASE)
 # How the bytes of a PNG, JPEG and GIF begin; a WebP's are `RIFF`, four bytes of size, `WEBP` (`_opens_as_image`).
 _MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
 # How they end: a PNG with its IEND chunk (length 0, the name, its CRC), a GIF with its trailer; a WebP's RIFF
@@ -246,8 +247,8 @@ def is_pdf(value: str) -> bool:
 
 
 def file_data_type(value: str) -> str | None:
-    """The media type a `file_data` declares in a `data:` URL holding base64 (its parameters naming `base64`),
-    lower-cased; else None."""
+    """The media type a `file_data` (or an image URL) declares in a `data:` URL holding base64 (its parameters
+    naming `base64`), lower-cased, `""` where it names none; else None."""
     found = _DATA_URL.match(value)
     return found.group(1).lower() if found is not None and "base64" in found.group(2).lower() else None
 
@@ -267,6 +268,16 @@ def is_file_image(value: str) -> bool:
     """A `file_data` that is an image (`data:image/png;base64,...` whose bytes are a PNG's), which LiteLLM gives
     the model as an image: left out of the texts (`is_file_data`), so given among the `images`."""
     return file_data_type(value) in _IMAGE_DATA_TYPES and is_file_data(value)
+
+
+def is_byte_type(value: str) -> bool:
+    """A declared media type whose bytes the walk can tell (`_BYTES_OF`): a PDF, an image, audio."""
+    return value in _BYTES_OF
+
+
+def is_bare_base64(value: str) -> bool:
+    """A string of the base64 alphabet alone (no `data:` prefix), which a provider may decode as a file's bytes."""
+    return _BYTES.fullmatch(value) is not None
 
 
 def is_text_type(value: str) -> bool:

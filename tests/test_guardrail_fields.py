@@ -85,7 +85,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "messages": [
                 {
                     "role": "user",
-                    "content": [{"type": "file", "file": {"filename": SAID, "file_data": "data:a/b;base64,AAAA"}}],
+                    "content": [
+                        {"type": "file", "file": {"filename": SAID, "file_data": "data:application/pdf,%PDF-"}}
+                    ],
                 }
             ],
         },

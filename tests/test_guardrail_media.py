@@ -224,17 +224,6 @@ NOT_BYTES: dict[str, tuple[str, dict[str, Any]]] = {
             }
         ),
     ),
-    "messages: a document's media type of a word": (
-        "/v1/messages",
-        messages_body(
-            {
-                "role": "user",
-                "content": [
-                    {"type": "document", "source": {"type": "base64", "media_type": f"application/{WORD}", "data": PDF}}
-                ],
-            }
-        ),
-    ),
     "messages: an image's media type of a word": (
         "/v1/messages",
         messages_body({"role": "user", "content": [data_image(PNG, f"image/{WORD}")]}),
@@ -265,20 +254,6 @@ NOT_BYTES: dict[str, tuple[str, dict[str, Any]]] = {
                 "role": "user",
                 "content": [
                     {"type": "image_url", "image_url": {"url": "https://a.test/a.png", "format": f"image/{WORD}"}}
-                ],
-            }
-        ),
-    ),
-    "chat: a file's data of a made-up type": (
-        "/v1/chat/completions",
-        chat_body(
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "file",
-                        "file": {"filename": "a.pdf", "file_data": f"data:application/{WORD};base64,{PDF}"},
-                    }
                 ],
             }
         ),
@@ -403,6 +378,79 @@ TEXT_BASE64: dict[str, tuple[str, dict[str, Any], str]] = {
 }
 
 
+TEXT = b64(SAID)
+FILE_DATA_BASE64 = {  # base64 of any type but the known byte types, or none (fourth review, F2/F3): refused
+    "data:;base64,": "no media type",  # RFC 2397: text/plain
+    "data:;charset=utf-8;base64,": "no media type",
+    "DATA:text/plain;base64,": "text/plain",  # a URL's scheme is of any case
+    "data:application/octet-stream;base64,": "application/octet-stream",
+    "data:application/x-tex;base64,": "application/x-tex",
+    "data:application/toml;base64,": "application/toml",
+    f"data:application/{WORD};base64,": f"application/{WORD}",
+    "data:application/vnd.openxmlformats-officedocument.wordprocessingml.document;base64,": (
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    ),
+}
+for prefix, declared in FILE_DATA_BASE64.items():
+    TEXT_BASE64[f"chat: a file of {prefix}"] = (
+        "/v1/chat/completions",
+        chat_body(
+            {"role": "user", "content": [{"type": "file", "file": {"filename": "a.txt", "file_data": prefix + TEXT}}]}
+        ),
+        f"a file_data of {declared} in base64",
+    )
+    TEXT_BASE64[f"responses: an input_file of {prefix}"] = (
+        "/v1/responses",
+        responses_body(
+            {"role": "user", "content": [{"type": "input_file", "filename": "a.txt", "file_data": prefix + TEXT}]}
+        ),
+        f"a file_data of {declared} in base64",
+    )
+TEXT_BASE64 |= {
+    "chat: a file of bare base64 that is no PDF": (
+        "/v1/chat/completions",
+        chat_body({"role": "user", "content": [{"type": "file", "file": {"filename": "a.txt", "file_data": TEXT}}]}),
+        "a file_data in base64 of no media type",
+    ),
+    "chat: an image_url of text/plain": (
+        "/v1/chat/completions",
+        chat_body(
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:text/plain;base64,{TEXT}"}}]}
+        ),
+        "an image URL of text/plain in base64",
+    ),
+    "responses: an input_image of application/json": (
+        "/v1/responses",
+        responses_body(
+            {"role": "user", "content": [{"type": "input_image", "image_url": f"data:application/json;base64,{TEXT}"}]}
+        ),
+        "an image URL of application/json in base64",
+    ),
+    "messages: a base64 document of a made-up type": (
+        "/v1/messages",
+        messages_body(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "document", "source": {"type": "base64", "media_type": f"application/{WORD}", "data": PDF}}
+                ],
+            }
+        ),
+        f"a base64 document of application/{WORD}",
+    ),
+    "messages: a base64 document of a media type of words": (
+        "/v1/messages",
+        messages_body(
+            {
+                "role": "user",
+                "content": [{"type": "document", "source": {"type": "base64", "media_type": SAID, "data": PDF}}],
+            }
+        ),
+        f"a base64 document of {SAID}",
+    ),
+}
+
+
 @pytest.mark.parametrize("case", list(TEXT_BASE64))
 async def test_a_texts_bytes_in_base64_are_refused_in_the_routes_shape(case: str) -> None:
     route, body, named = TEXT_BASE64[case]
@@ -433,6 +481,8 @@ REAL: dict[str, dict[str, Any]] = {
                     for media, data in media_kit.IMAGES.items()
                 ),
                 {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{BIG}", "format": "image/png"}},
+                {"type": "image_url", "image_url": {"url": f"data:application/pdf;base64,{PDF}"}},
+                {"type": "image_url", "image_url": {"url": f"DATA:image/png;base64,{PNG}"}},
                 {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}},
                 {"type": "input_audio", "input_audio": {"data": media_kit.MP3, "format": "mp3"}},
                 {"type": "input_audio", "input_audio": {"data": media_kit.MP3_ID3, "format": "mp3"}},

@@ -108,10 +108,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "/v1/messages",
         user_blocks([{"type": "document", "source": DOCUMENT["source"] | {"data": SAID}}, TEXT]),
     ),
-    "messages: a document's media_type of words": (
-        "/v1/messages",
-        user_blocks([{"type": "document", "source": DOCUMENT["source"] | {"media_type": SAID}}, TEXT]),
-    ),
     "chat: an image_url part's made-up field": (
         "/v1/chat/completions",
         chat_parts({"type": "image_url", "image_url": {"url": "https://a.test/x.png"}, "caption": SAID}),
