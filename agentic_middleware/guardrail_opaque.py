@@ -85,12 +85,34 @@ def _image_url(value: str) -> bool:
     hands on as inline data of that type, is left out too. A data URL of base64 of any other type (`text/plain`,
     JSON, none) is refused as a `file_data` of one is (`_file_data`); one of an image type that is no image is
     given, its words judged."""
+    if value.lower().find("data:") > 0:
+        _embedded(value, "an image URL")
     if is_image_or_url(value) or (is_file_data(value) and file_data_type(value) is not None):
         return True
     declared = file_data_type(value)
     if declared is not None and not is_byte_type(declared):
         raise unreadable(f"an image URL of {declared or 'no media type'} in base64")
     return False
+
+
+def _embedded(value: str, what: str) -> bool:
+    """Whether `value` (a URL or a file's reference) is a data URL (checked then as a `file_data` is); a `data:`
+    after its start is refused: LiteLLM cuts such a string at its first `data:` and hands on what follows as inline
+    data, which a guardrail given the whole string in base64 could not judge."""
+    at = value.lower().find("data:")
+    if at > 0:
+        raise unreadable(f"{what} that holds a data URL after its start")
+    return at == 0
+
+
+def _file_id(value: str) -> bool:
+    """A file's id: one token (`is_token`); a data URL there is a `file_data` (LiteLLM prefers it to the data)."""
+    return _file_data(value) if _embedded(value, "a file_id") else is_token(value)
+
+
+def _file_url(value: str) -> bool:
+    """A file's URL: words, given; a data URL there is a `file_data` (LiteLLM prefers it to the data)."""
+    return _embedded(value, "a file_url") and _file_data(value)
 
 
 def _document_type(value: str) -> bool:
@@ -105,7 +127,7 @@ def _document_type(value: str) -> bool:
 _IMAGE_SOURCE = {"data": is_image, "media_type": is_image_type, "url": _image_url}
 _IMAGE_SOURCES = frozenset(("base64", "url", "file"))
 _INPUT_IMAGE = {"image_url": _image_url, "detail": is_detail}
-_FILE = {"file_data": _file_data, "detail": is_detail}
+_FILE = {"file_data": _file_data, "detail": is_detail, "file_id": _file_id, "file_url": _file_url}
 _INPUT_IMAGE_READ = read_fields(*_INPUT_IMAGE)
 _FILE_READ = read_fields(*_FILE)
 # The parts that hold their media in an object, by the field that holds it, and what is read of that object.
@@ -122,8 +144,8 @@ MEDIA_PARTS = frozenset(("input_image", "input_file", *_INNER))
 DOCUMENT_SOURCES: dict[str, Mapping[str, Check]] = {
     "base64": {"data": is_pdf, "media_type": _document_type},
     "text": {"media_type": is_plain_text_type},
-    "url": {"data": never, "media_type": is_pdf_type},
-    "file": {"data": never, "media_type": is_pdf_type},
+    "url": {"data": never, "media_type": is_pdf_type, "url": _file_url},
+    "file": {"data": never, "media_type": is_pdf_type, "file_id": _file_id},
     "content": {"data": never, "media_type": never},
 }
 

@@ -451,6 +451,35 @@ TEXT_BASE64 |= {
 }
 
 
+# A data URL where a file's reference or an image's URL stands (LiteLLM prefers a file's `file_id` or `file_url` to its
+# data, and cuts an image URL at its first `data:`): checked as a `file_data`, or refused when it follows a start.
+_DATA_TEXT = f"data:text/plain;base64,{TEXT}"
+TEXT_BASE64 |= {
+    "chat: a file whose file_id is a data URL of text": (
+        "/v1/chat/completions",
+        chat_body({"role": "user", "content": [{"type": "file", "file": {"file_id": _DATA_TEXT}}]}),
+        "a file_data of text/plain in base64",
+    ),
+    "responses: an input_file whose file_url is a data URL of text": (
+        "/v1/responses",
+        responses_body({"role": "user", "content": [{"type": "input_file", "file_url": _DATA_TEXT}]}),
+        "a file_data of text/plain in base64",
+    ),
+    "messages: a document whose url source is a data URL of text": (
+        "/v1/messages",
+        messages_body(
+            {"role": "user", "content": [{"type": "document", "source": {"type": "url", "url": _DATA_TEXT}}]}
+        ),
+        "a file_data of text/plain in base64",
+    ),
+    "chat: an image URL of another scheme holding a data URL after its start": (
+        "/v1/chat/completions",
+        chat_body({"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"x://{_DATA_TEXT}"}}]}),
+        "an image URL that holds a data URL after its start",
+    ),
+}
+
+
 @pytest.mark.parametrize("case", list(TEXT_BASE64))
 async def test_a_texts_bytes_in_base64_are_refused_in_the_routes_shape(case: str) -> None:
     route, body, named = TEXT_BASE64[case]
