@@ -147,13 +147,6 @@ _AUDIO_HEADS: dict[str, Callable[[bytes], bool]] = {
 }
 _AUDIO_TYPES = frozenset(_AUDIO_HEADS)
 _KNOWN_TYPES = IMAGE_TYPES | _AUDIO_TYPES | {"application/pdf"}
-# Media types whose bytes are a text the model reads (decoded by the provider): a guardrail can not judge them as
-# base64, so a field that declares one and holds base64 is refused (guardrail_opaque.py), not given nor left out.
-_TEXT_TYPE = re.compile(
-    r"text/.*|application/(?:json|xml|x-yaml|yaml|javascript|x-javascript|ecmascript|x-sh|x-python|sql|csv|rtf"
-    r"|x-ndjson|[a-z0-9.+-]*\+(?:json|xml))",
-    re.IGNORECASE,
-)
 
 
 def _whole(text: str, start: int) -> bool:
@@ -278,11 +271,6 @@ def is_byte_type(value: str) -> bool:
 def is_bare_base64(value: str) -> bool:
     """A string of the base64 alphabet alone (no `data:` prefix), which a provider may decode as a file's bytes."""
     return _BYTES.fullmatch(value) is not None
-
-
-def is_text_type(value: str) -> bool:
-    """A media type whose bytes are a text the model reads (`text/*`, JSON, XML, YAML, code...)."""
-    return _TEXT_TYPE.fullmatch(value) is not None
 
 
 def is_image_type(value: str) -> bool:
