@@ -10,7 +10,8 @@ is refused, failing closed: the provider may decode it for the model, and no gua
 Anything else in them (free text, an object a client made up) is given as a field no reader names is, every
 string and every key but the APIs' own names: a lenient app may show the model what it does not read as bytes.
 The other fields of these parts (`cache_control`, a `file_id`, fields a client made up) are walked as on any known
-part (`rest_slots`).
+part (`rest_slots`). A media part is read where LiteLLM reads it (`MEDIA`), and a type hint beside its bytes that
+would make a provider read them as a text is refused (`_check_type_hints`).
 """
 
 from __future__ import annotations
@@ -126,18 +127,45 @@ def _document_type(value: str) -> bool:
 # What each part's reader leaves out while it holds what the API puts there (`opaque_slots`), and reads.
 _IMAGE_SOURCE = {"data": is_image, "media_type": is_image_type, "url": _image_url}
 _IMAGE_SOURCES = frozenset(("base64", "url", "file"))
-_INPUT_IMAGE = {"image_url": _image_url, "detail": is_detail}
-_FILE = {"file_data": _file_data, "detail": is_detail, "file_id": _file_id, "file_url": _file_url}
-_INPUT_IMAGE_READ = read_fields(*_INPUT_IMAGE)
-_FILE_READ = read_fields(*_FILE)
-# The parts that hold their media in an object, by the field that holds it, and what is read of that object.
-_INNER: dict[str, tuple[str, Mapping[str, Check]]] = {
-    "image": ("source", _IMAGE_SOURCE),
-    "image_url": ("image_url", {"url": _image_url, "detail": is_detail, "format": is_known_type}),
-    "input_audio": ("input_audio", {"data": is_audio, "format": is_audio_format}),
-    "file": ("file", _FILE),
+_IMAGE_URL = {"url": _image_url, "detail": is_detail, "format": is_known_type}
+_FILE = {
+    "file_data": _file_data,
+    "detail": is_detail,
+    "file_id": _file_id,
+    "file_url": _file_url,
+    "format": is_known_type,  # LiteLLM's, as on an image URL
 }
-MEDIA_PARTS = frozenset(("input_image", "input_file", *_INNER))
+
+
+class _Media:
+    """Where a media part holds its media, as LiteLLM reads it: the fields at the part's own level (`outer`), and
+    the object in its `inner` field (`inside`) or, where that field holds a string, the check of that string
+    (`string`). LiteLLM reads an image's URL from the part's `url` where its `image_url` is empty, and a file's
+    bytes from the part's `file_data`, or from a `file` that is a string, before its `file` object's: each place is
+    checked as the API's own is, none given as words where a provider decodes it."""
+
+    def __init__(self, inner: str, inside: Mapping[str, Check], string: Check, outer: Mapping[str, Check]) -> None:
+        self.inner = inner
+        self.inside = inside
+        self.inside_read = read_fields(*inside)
+        self.string = string
+        self.outer = outer
+        self.read = read_fields(inner, *outer)
+
+
+MEDIA: dict[str, _Media] = {
+    "image": _Media("source", _IMAGE_SOURCE, never, {}),
+    "image_url": _Media("image_url", _IMAGE_URL, _image_url, {"url": _image_url}),
+    "input_image": _Media("image_url", _IMAGE_URL, _image_url, {"url": _image_url, "detail": is_detail}),
+    "input_audio": _Media("input_audio", {"data": is_audio, "format": is_audio_format}, never, {}),
+    "file": _Media("file", _FILE, _file_data, _FILE),
+    "input_file": _Media("file", _FILE, _file_data, _FILE),
+}
+MEDIA_PARTS = frozenset(MEDIA)
+# The fields LiteLLM takes a media part's type from (the first it finds, at the part's level or its inner object's)
+# and hands on as its bytes' media type over the type their data URL declares, and the fields that hold bytes.
+_TYPE_HINTS = ("format", "mime_type", "content_type")
+_BYTE_FIELDS = ("data", "url", "image_url", "file_data", "file")
 # A document's source by its type: a base64 one's bytes (a PDF's) and media type; a `text` source's media type
 # (its `data` is its words, read); a URL's or a file's (no bytes, and no media type in the API); a `content`
 # source's (its blocks, read): bytes there are made up, and given.
@@ -151,27 +179,43 @@ DOCUMENT_SOURCES: dict[str, Mapping[str, Check]] = {
 
 
 def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
-    """A media part's words (`MEDIA_PARTS`), none in an ordinary one: Messages' `image` (its `source`), Chat's
+    """A media part's words (`MEDIA`), none in an ordinary one: Messages' `image` (its `source`), Chat's
     `image_url` (a URL, or an object of one), Responses' `input_image`, `input_audio` (its `data` and `format`),
     and a file, Responses' `input_file` and Chat's `file` (its `file_data`; its name and URL are words, given)."""
-    if kind == "input_image":
-        yield from _fields(part, _INPUT_IMAGE, _INPUT_IMAGE_READ)
-        return
-    if kind == "input_file":
-        yield from _fields(part, _FILE, _FILE_READ)
-        return
-    inner, checks = _INNER[kind]
-    value = part.get(inner)
+    media = MEDIA[kind]
+    value = part.get(media.inner)
+    holders = [part, value] if isinstance(value, dict) else [part]
+    if kind != "input_audio":  # an audio's `format` is checked as the API's words for one (`is_audio_format`)
+        _check_type_hints(holders)
+    yield from opaque_slots(part, media.outer)
     source = value.get("type") if kind == "image" and isinstance(value, dict) else None
     if kind == "image" and isinstance(value, dict) and not (isinstance(source, str) and source in _IMAGE_SOURCES):
         yield from unknown_slots(value)  # a `text` source, say: no image, its words given whole
     elif isinstance(value, dict):
-        yield from _fields(value, checks, read_fields(*checks))
-    else:  # Chat's image URL as a string; anything else where the object belongs is no image, and given
-        yield from opaque_slots(part, {inner: _image_url if kind == "image_url" else never})
-    read = read_fields(inner)
-    if not plain(part, read):
-        yield from rest_slots(part, read)
+        yield from _fields(value, media.inside, media.inside_read)
+    else:  # a URL or a file's bytes as a string; anything else where the object belongs is no media, and given
+        yield from opaque_slots(part, {media.inner: media.string})
+    if not plain(part, media.read):
+        yield from rest_slots(part, media.read)
+
+
+def _check_type_hints(holders: list[dict[str, Any]]) -> None:
+    """Refuses a media type hint (`_TYPE_HINTS`) other than a known type's (`is_known_type`) beside bytes in
+    base64: LiteLLM sends the bytes as of the hinted type, so a PDF's or a WAV's bytes of ASCII words hinted
+    `text/plain` reach a provider (Gemini) as a text the model reads, which the walk left out as a PDF or audio.
+    Beside a URL or a file's id the hint is the caller's word for what they hold, given like any field."""
+    if not any(_holds_base64(holder.get(key)) for holder in holders for key in _BYTE_FIELDS):
+        return
+    for holder in holders:
+        for key in _TYPE_HINTS:
+            hint = holder.get(key)
+            if hint is not None and not (isinstance(hint, str) and is_known_type(hint)):
+                named = hint if isinstance(hint, str) else type(hint).__name__
+                raise unreadable(f"bytes in base64 whose {key} is {named or 'empty'}")
+
+
+def _holds_base64(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and (value[:5].lower() == "data:" or is_bare_base64(value))
 
 
 def _fields(holder: dict[str, Any], checks: Mapping[str, Check], read: frozenset[str]) -> Iterator[Slot]:

@@ -89,10 +89,12 @@ def fixed(key: str, value: Any) -> bool:
 # with a space at its end took 130 ms.
 _BASE64 = "[A-Za-z0-9+/]*+={0,2}+"
 _BYTES = re.compile(_BASE64)
-# A MIME type of no parameters (`application/pdf`); a file's data, with its `data:` URL prefix or without; an image
+# A MIME type of no parameters (`application/pdf`); a file's data, with its `data:` URL prefix (its parameters, as
+# `data:audio/webm;codecs=opus;base64,` a browser's recorder writes, each a token `=` a token) or without; an image
 # behind a data URL of the four image types the APIs take, or bare; a URL of any scheme, one token of printable ASCII.
-_MIME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*+"
-_FILE_DATA = re.compile(f"(?:(?i:data):({_MIME});base64,)?+{_BASE64}")
+_TOKEN_CHARS = "[A-Za-z0-9!#$&^_.+-]"
+_MIME = f"[A-Za-z0-9]{_TOKEN_CHARS}*+/[A-Za-z0-9]{_TOKEN_CHARS}*+"
+_FILE_DATA = re.compile(f"(?:(?i:data):({_MIME})(?:;{_TOKEN_CHARS}++={_TOKEN_CHARS}++)*+;(?i:base64),)?+{_BASE64}")
 _IMAGE = re.compile(f"(?:(?i:data):image/(?:png|jpe?g|gif|webp);base64,)?+{_BASE64}")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*+://[!-~]++")
 # A `data:` URL's media type and parameters, however written (its scheme in any case, as RFC 3986 has it): to tell

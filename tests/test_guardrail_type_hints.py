@@ -1,0 +1,156 @@
+"""A media part's type hints and the other places LiteLLM reads its bytes from (fifth hostile review, g2/g3).
+
+LiteLLM takes a media part's type from a `format`, `mime_type` or `content_type` field, at the part's level or in
+its inner object, over the type its data URL declares: a PDF's or a WAV's bytes of ASCII words, left out of the
+guardrail's texts as a PDF or audio, hinted `text/plain` reached Gemini as a text the model reads. Such a hint
+beside bytes is now refused unless it names a known byte type. LiteLLM also reads an image's URL from the part's
+`url`, and a file's bytes from the part's `file_data` or a `file` that is a string: each is checked as the API's
+own field is, where it was given to the guardrail as base64 words it could not judge. Real LiteLLM guardrails; the
+client is httpx on the middleware, the app a scripted model.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import media_kit
+import pytest
+from conftest import http_client
+from guardrail_kit import SAID, WordBlock
+from test_guardrail_coverage import ANSWERS, refusal
+from test_guardrail_fields import Given
+from test_guardrail_media import chat_body, error_message, responses_body
+
+from agentic_middleware import AgenticLoopMiddleware
+from agentic_middleware.testing import ScriptedModel
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+# Bytes that open and end as a PDF's and a WAV's do, and are ASCII words between: a provider told they are
+# `text/plain` gives the model the words.
+WORDY_PDF = b64(b"%PDF-1.4\n" + SAID.encode() + b"\n%%EOF\n")
+WORDY_WAV = b64(b"RIFF\x24\x00\x00\x00WAVE" + SAID.encode())
+TEXT = b64(SAID.encode())
+PNG_URL = f"data:image/png;base64,{media_kit.PNG}"
+PDF_URL = f"data:application/pdf;base64,{media_kit.PDF}"
+WORDY_PDF_URL = f"data:application/pdf;base64,{WORDY_PDF}"
+
+
+def chat(*parts: dict[str, Any]) -> dict[str, Any]:
+    return chat_body({"role": "user", "content": list(parts)})
+
+
+def responses(*parts: dict[str, Any]) -> dict[str, Any]:
+    return responses_body({"role": "user", "content": list(parts)})
+
+
+HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
+    "chat: a PDF's file_data hinted text/plain": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file": {"file_data": WORDY_PDF_URL, "format": "text/plain"}}),
+        "bytes in base64 whose format is text/plain",
+    ),
+    "chat: a WAV's file_data hinted text/plain": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file": {"file_data": f"data:audio/wav;base64,{WORDY_WAV}", "format": "text/plain"}}),
+        "bytes in base64 whose format is text/plain",
+    ),
+    "chat: a bare PDF hinted by the part's mime_type": (
+        "/v1/chat/completions",
+        chat({"type": "file", "mime_type": "text/markdown", "file": {"file_data": WORDY_PDF}}),
+        "bytes in base64 whose mime_type is text/markdown",
+    ),
+    "chat: an image URL's data hinted by its content_type": (
+        "/v1/chat/completions",
+        chat({"type": "image_url", "image_url": {"url": PNG_URL, "content_type": "text/plain"}}),
+        "bytes in base64 whose content_type is text/plain",
+    ),
+    "chat: an image URL's data hinted in its format": (
+        "/v1/chat/completions",
+        chat({"type": "image_url", "image_url": {"url": PNG_URL, "format": "text/plain"}}),
+        "bytes in base64 whose format is text/plain",
+    ),
+    "chat: a bare image hinted at the part's level": (
+        "/v1/chat/completions",
+        chat({"type": "image_url", "format": "text/plain", "image_url": media_kit.PNG}),
+        "bytes in base64 whose format is text/plain",
+    ),
+    "responses: an input_image hinted at the part's level": (
+        "/v1/responses",
+        responses({"type": "input_image", "image_url": PNG_URL, "format": "text/plain"}),
+        "bytes in base64 whose format is text/plain",
+    ),
+    "responses: an input_file hinted by an object": (
+        "/v1/responses",
+        responses({"type": "input_file", "file_data": WORDY_PDF_URL, "format": {}}),
+        "bytes in base64 whose format is dict",
+    ),
+    "responses: an input_file hinted empty": (
+        "/v1/responses",
+        responses({"type": "input_file", "file_data": WORDY_PDF_URL, "format": ""}),
+        "bytes in base64 whose format is empty",
+    ),
+}
+_TEXT_URL = f"data:text/plain;base64,{TEXT}"
+ELSEWHERE: dict[str, tuple[str, dict[str, Any], str]] = {
+    "chat: a file that is a string": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file": _TEXT_URL}),
+        "a file_data of text/plain in base64",
+    ),
+    "chat: a file_data at the part's level": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file_data": _TEXT_URL, "file": {"filename": "a.txt"}}),
+        "a file_data of text/plain in base64",
+    ),
+    "chat: an image's url at the part's level": (
+        "/v1/chat/completions",
+        chat({"type": "image_url", "url": _TEXT_URL}),
+        "an image URL of text/plain in base64",
+    ),
+    "responses: an input_image whose image_url is an object": (
+        "/v1/responses",
+        responses({"type": "input_image", "image_url": {"url": _TEXT_URL}}),
+        "an image URL of text/plain in base64",
+    ),
+    "responses: an input_file whose file is an object": (
+        "/v1/responses",
+        responses({"type": "input_file", "file": {"file_data": _TEXT_URL}}),
+        "a file_data of text/plain in base64",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", [*HINTED, *ELSEWHERE])
+async def test_bytes_a_provider_reads_as_a_text_are_refused_in_the_routes_shape(case: str) -> None:
+    route, body, named = (HINTED | ELSEWHERE)[case]
+    said = error_message(route, await refusal(route, body, WordBlock()))
+    assert said == f"the request holds {named}: the guardrails cannot read it"
+
+
+WEBM = b64(b"\x1a\x45\xdf\xa3" + bytes(48))
+PLAIN = chat(
+    {"type": "image_url", "image_url": {"url": PNG_URL, "format": "image/png"}},
+    {"type": "image_url", "url": PNG_URL},
+    {"type": "file", "file": {"file_data": PDF_URL, "format": "application/pdf"}},
+    {"type": "file", "file": PDF_URL},
+    {"type": "file", "file": {"file_data": f"data:audio/webm;codecs=opus;base64,{WEBM}"}},
+    {"type": "file", "file": {"file_id": "file-abc", "format": "text/plain"}},
+)
+
+
+async def test_known_hints_and_bytes_elsewhere_are_left_out_and_reach_the_app_unchanged() -> None:
+    """A hint naming a known byte type beside its bytes, an image or a PDF where LiteLLM reads one besides the API's
+    field, and a recorder's `data:audio/webm;codecs=opus;base64,` audio are left out of the texts (no megabytes of
+    base64 to judge); a hint beside a file's id is the caller's word for what it holds, given."""
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=ANSWERS["/v1/chat/completions"]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post("/v1/chat/completions", json=PLAIN)
+    assert got.status_code == 200, got.text
+    assert guard.texts == ["hi", "text/plain"]
+    assert model.requests[0].body["messages"] == PLAIN["messages"]
