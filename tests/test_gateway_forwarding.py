@@ -97,6 +97,23 @@ async def test_the_proxy_the_environment_names_is_used_and_no_proxy_bypasses_it(
     assert direct.json() == {"via": "direct"}
 
 
+@pytest.mark.parametrize("listed", ["10.0.0.0/8, 127.0.0.0/8", "127.0.0.1/32", "::1/128,127.0.0.0/24"])
+async def test_an_ip_network_in_no_proxy_bypasses_the_proxy(monkeypatch: pytest.MonkeyPatch, listed: str) -> None:
+    """`NO_PROXY=10.0.0.0/8`, as curl and Go read it and Kubernetes clusters write it: an upstream at an address of
+    a listed network goes direct (the standard library reads no networks); one outside them goes through the proxy."""
+    lines: list[bytes] = []
+    async with raw_upstream(PROXIED, lines) as proxy_url, serving(recording([], JSONResponse({"via": "direct"}))) as up:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+        monkeypatch.setenv("no_proxy", listed)
+        async with forwarding(f"{up}/v1") as client:
+            direct = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
+        monkeypatch.setenv("no_proxy", "10.0.0.0/8,::1/128")
+        async with forwarding(f"{up}/v1") as client:
+            proxied = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
+    assert direct.json() == {"via": "direct"}
+    assert proxied.json() == {"via": "p"}
+
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (no CA store trusts it) and its key."""

@@ -20,6 +20,8 @@ is decided when the gateway starts, not on each request.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import re
 import ssl
@@ -312,11 +314,29 @@ _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]*@")
 
 
 def env_proxy(url: URL) -> str | None:
-    """The proxy the environment names for `url`'s scheme (`HTTP_PROXY`, `HTTPS_PROXY`), unless `NO_PROXY` covers it."""
+    """The proxy the environment names for `url`'s scheme (`HTTP_PROXY`, `HTTPS_PROXY`), unless `NO_PROXY` covers it:
+    a host, a domain and its subdomains, `*`, as the standard library reads it, or an IP network (`10.0.0.0/8`,
+    `fd00::/8`), as curl and Go read one and Kubernetes clusters write it, which the standard library does not."""
     proxy = urllib.request.getproxies().get(url.scheme)
-    if proxy is None or urllib.request.proxy_bypass(url.host or ""):
+    host = url.host or ""
+    if proxy is None or urllib.request.proxy_bypass(host) or _in_no_proxy_network(host):
         return None
     return proxy
+
+
+def _in_no_proxy_network(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # a name: never resolved to match a network (curl's rule too)
+    listed = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or ""
+    for entry in listed.split(","):
+        entry = entry.strip()
+        if "/" in entry:
+            with contextlib.suppress(ValueError):
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+    return False
 
 
 def tls_context() -> ssl.SSLContext:
