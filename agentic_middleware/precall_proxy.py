@@ -53,6 +53,7 @@ SERVER_KWARGS = (
 
 # LiteLLM's events on which a guardrail judges the client's request, in the order they run.
 REQUEST_EVENTS = ("pre_call", "during_call")
+CACHE_ITEMS = 10_000  # what the process's `DualCache` holds in memory (`proxy_cache`)
 
 
 @functools.cache
@@ -65,10 +66,14 @@ def proxy_cache() -> Any:
     first import of LiteLLM is paid at start-up, not by a request."""
     try:
         from litellm.caching.dual_cache import DualCache
+        from litellm.caching.in_memory_cache import InMemoryCache
     except ImportError:
         return None
-    # The proxy's in-memory lifetime for its `user_api_key_cache` (UserAPIKeyCacheTTLEnum): 60 s.
-    return DualCache(default_in_memory_ttl=60)
+    # The proxy's in-memory lifetime for its `user_api_key_cache` (UserAPIKeyCacheTTLEnum): 60 s. Its 200 items
+    # (LiteLLM's default) would let a flood of 200 other callers' keys evict a quota counted there, the earliest to
+    # expire first: CACHE_ITEMS hold a minute of a busy gateway's callers, a few MB at most.
+    memory = InMemoryCache(max_size_in_memory=CACHE_ITEMS, default_ttl=60)
+    return DualCache(in_memory_cache=memory, default_in_memory_ttl=60)
 
 
 def method_for(hook: BoundHook, event: str) -> str | None:

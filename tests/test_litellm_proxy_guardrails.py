@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import anthropic_client, openai_client
+from conftest import anthropic_client, http_client, openai_client
 from fastapi import HTTPException
 from guardrail_kit import SAID, WORD, Guard, Recording, body_for
 from litellm.integrations.custom_guardrail import CustomGuardrail
@@ -381,3 +381,20 @@ async def test_a_pre_call_hook_is_given_the_processs_dual_cache_as_litellms_prox
     await openai_client(second).chat.completions.create(model="m", messages=said, user="bob")
     assert len(model.requests) == 3
     assert isinstance(quota.caches[0], DualCache) and all(cache is quota.caches[0] for cache in quota.caches)
+
+
+async def test_a_flood_of_other_callers_does_not_evict_a_quota_counted_in_the_cache() -> None:
+    """LiteLLM's `DualCache` keeps 200 items in memory by default, the earliest to expire evicted first: 500 other
+    callers' requests within the minute would reset a caller's quota counted there. The process's cache holds
+    10,000."""
+    model = ScriptedModel(default=chat_completion("ok"))
+    app = AgenticLoopMiddleware(model, hooks=[Quota()])
+    async with http_client(app) as http:
+
+        async def ask(user: str) -> int:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": user}
+            return (await http.post("/v1/chat/completions", json=body)).status_code
+
+        assert [await ask("flood-ann"), await ask("flood-ann"), await ask("flood-ann")] == [200, 200, 429]
+        assert {await ask(f"flood-{n}") for n in range(500)} == {200}
+        assert await ask("flood-ann") == 429
