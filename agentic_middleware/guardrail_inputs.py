@@ -392,15 +392,15 @@ def _part_images(content: Any, skip_tool: bool) -> Iterator[str]:
             elif isinstance(data_, str) and data_:
                 yield f"data:{media};base64,{data_}" if isinstance(media, str) and media else data_
         elif kind in ("image_url", "input_image", "computer_screenshot"):
-            url = part.get("image_url")
-            url = url.get("url") if isinstance(url, dict) else url
-            if isinstance(url, str) and url:
-                yield url
-        elif kind in ("file", "input_file"):
-            file = part.get("file") if kind == "file" else part
-            data_ = file.get("file_data") if isinstance(file, dict) else None
-            if isinstance(data_, str) and is_file_image(data_):
-                yield data_
+            for url in (part.get("image_url"), part.get("url")):  # LiteLLM reads `url` where `image_url` is empty
+                url = url.get("url") if isinstance(url, dict) else url
+                if isinstance(url, str) and url:
+                    yield url
+        elif kind in ("file", "input_file"):  # LiteLLM reads a file's bytes at the part's level or in its `file`
+            file = part.get("file")
+            for data_ in (part.get("file_data"), file.get("file_data") if isinstance(file, dict) else file):
+                if isinstance(data_, str) and is_file_image(data_):
+                    yield data_
         elif kind in ("tool_result", "mcp_tool_result") and not skip_tool:
             yield from _part_images(part.get("content"), False)
         elif kind == "document" and isinstance(source := part.get("source"), dict) and source.get("type") == "content":

@@ -139,27 +139,29 @@ _FILE = {
 
 class _Media:
     """Where a media part holds its media, as LiteLLM reads it: the fields at the part's own level (`outer`), and
-    the object in its `inner` field (`inside`) or, where that field holds a string, the check of that string
-    (`string`). LiteLLM reads an image's URL from the part's `url` where its `image_url` is empty, and a file's
+    the fields (`inners`) that hold an object of them (`inside`) or a string (checked by `string`). LiteLLM reads an
+    image's URL from the part's `url` where its `image_url` is empty (a string, or an object of one), and a file's
     bytes from the part's `file_data`, or from a `file` that is a string, before its `file` object's: each place is
     checked as the API's own is, none given as words where a provider decodes it."""
 
-    def __init__(self, inner: str, inside: Mapping[str, Check], string: Check, outer: Mapping[str, Check]) -> None:
-        self.inner = inner
+    def __init__(
+        self, inners: tuple[str, ...], inside: Mapping[str, Check], string: Check, outer: Mapping[str, Check]
+    ) -> None:
+        self.inners = inners
         self.inside = inside
         self.inside_read = read_fields(*inside)
         self.string = string
         self.outer = outer
-        self.read = read_fields(inner, *outer)
+        self.read = read_fields(*inners, *outer)
 
 
 MEDIA: dict[str, _Media] = {
-    "image": _Media("source", _IMAGE_SOURCE, never, {}),
-    "image_url": _Media("image_url", _IMAGE_URL, _image_url, {"url": _image_url}),
-    "input_image": _Media("image_url", _IMAGE_URL, _image_url, {"url": _image_url, "detail": is_detail}),
-    "input_audio": _Media("input_audio", {"data": is_audio, "format": is_audio_format}, never, {}),
-    "file": _Media("file", _FILE, _file_data, _FILE),
-    "input_file": _Media("file", _FILE, _file_data, _FILE),
+    "image": _Media(("source",), _IMAGE_SOURCE, never, {}),
+    "image_url": _Media(("image_url", "url"), _IMAGE_URL, _image_url, {}),
+    "input_image": _Media(("image_url", "url"), _IMAGE_URL, _image_url, {"detail": is_detail}),
+    "input_audio": _Media(("input_audio",), {"data": is_audio, "format": is_audio_format}, never, {}),
+    "file": _Media(("file",), _FILE, _file_data, _FILE),
+    "input_file": _Media(("file",), _FILE, _file_data, _FILE),
 }
 MEDIA_PARTS = frozenset(MEDIA)
 # The fields LiteLLM takes a media part's type from (the first it finds, at the part's level or its inner object's)
@@ -183,18 +185,19 @@ def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
     `image_url` (a URL, or an object of one), Responses' `input_image`, `input_audio` (its `data` and `format`),
     and a file, Responses' `input_file` and Chat's `file` (its `file_data`; its name and URL are words, given)."""
     media = MEDIA[kind]
-    value = part.get(media.inner)
-    holders = [part, value] if isinstance(value, dict) else [part]
+    inners = [(key, part.get(key)) for key in media.inners if part.get(key) is not None]
+    holders = [part, *(value for _, value in inners if isinstance(value, dict))]
     if kind != "input_audio":  # an audio's `format` is checked as the API's words for one (`is_audio_format`)
         _check_type_hints(holders)
     yield from opaque_slots(part, media.outer)
-    source = value.get("type") if kind == "image" and isinstance(value, dict) else None
-    if kind == "image" and isinstance(value, dict) and not (isinstance(source, str) and source in _IMAGE_SOURCES):
-        yield from unknown_slots(value)  # a `text` source, say: no image, its words given whole
-    elif isinstance(value, dict):
-        yield from _fields(value, media.inside, media.inside_read)
-    else:  # a URL or a file's bytes as a string; anything else where the object belongs is no media, and given
-        yield from opaque_slots(part, {media.inner: media.string})
+    for key, value in inners:
+        source = value.get("type") if kind == "image" and isinstance(value, dict) else None
+        if kind == "image" and isinstance(value, dict) and not (isinstance(source, str) and source in _IMAGE_SOURCES):
+            yield from unknown_slots(value)  # a `text` source, say: no image, its words given whole
+        elif isinstance(value, dict):
+            yield from _fields(value, media.inside, media.inside_read)
+        else:  # a URL or a file's bytes as a string; anything else where the object belongs is no media, and given
+            yield from opaque_slots(part, {key: media.string})
     if not plain(part, media.read):
         yield from rest_slots(part, media.read)
 

@@ -112,6 +112,11 @@ ELSEWHERE: dict[str, tuple[str, dict[str, Any], str]] = {
         chat({"type": "image_url", "url": _TEXT_URL}),
         "an image URL of text/plain in base64",
     ),
+    "chat: an image's url at the part's level, an object": (
+        "/v1/chat/completions",
+        chat({"type": "image_url", "url": {"url": _TEXT_URL}}),
+        "an image URL of text/plain in base64",
+    ),
     "responses: an input_image whose image_url is an object": (
         "/v1/responses",
         responses({"type": "input_image", "image_url": {"url": _TEXT_URL}}),
@@ -154,3 +159,26 @@ async def test_known_hints_and_bytes_elsewhere_are_left_out_and_reach_the_app_un
     assert got.status_code == 200, got.text
     assert guard.texts == ["hi", "text/plain"]
     assert model.requests[0].body["messages"] == PLAIN["messages"]
+
+
+async def test_an_image_where_litellm_reads_one_besides_the_apis_field_is_given_in_images() -> None:
+    """An image at the part's `url` (a string or an object), in a file that is a string, at a file part's level or
+    in a Responses `input_file`'s `file`, is left out of the texts as an image: so it is given among the `images`,
+    where a guardrail judging images sees it, as LiteLLM hands it to the provider."""
+    gif, webp = (f"data:{media};base64,{media_kit.IMAGES[media]}" for media in ("image/gif", "image/webp"))
+    jpeg = f"data:image/jpeg;base64,{media_kit.JPEG}"
+    body = responses(
+        {"type": "input_image", "url": PNG_URL},
+        {"type": "input_image", "url": {"url": gif}},
+        {"type": "input_file", "file": {"file_data": webp}},
+        {"type": "input_file", "file_data": jpeg},
+    )
+    guard = Given("given", "pre_call")
+    for route, sent in (("/v1/responses", body), ("/v1/chat/completions", chat({"type": "file", "file": PNG_URL}))):
+        model = ScriptedModel(default=ANSWERS[route]("ok"))
+        async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+            got = await http.post(route, json=sent)
+        assert got.status_code == 200, got.text
+        assert model.requests[0].body == sent
+    assert guard.texts == ["hi", "hi"]
+    assert guard.images == [[PNG_URL, gif, webp, jpeg], [PNG_URL]]
