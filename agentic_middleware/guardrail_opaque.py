@@ -241,7 +241,7 @@ CITATION = {"encrypted_index": is_token}
 
 def chat_call_slots(message: dict[str, Any]) -> Iterator[Slot]:
     """A Chat message's tool calls' words beyond the `tool_calls` a guardrail is given: an id or a type that is no
-    token, a field a client made up on a call or its function (guardrail_inputs refuses a call of another shape).
+    token, a field a client made up on a call or its function (guardrail_calls refuses a call of another shape).
     Each field is given once: its id and type by `rest_slots` (which checks them as `fixed`), its index here; a
     field given twice would have the guardrail's second edit of it overwrite its first (a mask lost)."""
     calls = message.get("tool_calls")

@@ -59,7 +59,7 @@ _OUTPUTS = frozenset(
 # Responses items that are a tool's output: left out with `skip_tool_message_in_guardrail`, as LiteLLM leaves out
 # tool messages (the ones of other types, records walked by guardrail_records.py, are read there).
 TOOL_OUTPUTS = _OUTPUTS | frozenset(("shell_call_output", "computer_call_output"))
-# Responses calls whose words are among the `tool_calls` (guardrail_inputs.py), not the texts.
+# Responses calls whose words are among the `tool_calls` (guardrail_calls.py), not the texts.
 _CALLS = frozenset(("function_call", "custom_tool_call"))
 # A document's sources that hold no text: bytes, a URL the provider fetches, a file's id (its URL is given).
 _OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
@@ -227,7 +227,7 @@ def _block_slots(block: dict[str, Any], skip_tool: bool, assistant: bool) -> Ite
             yield from _content_slots(block, "content")
         if not plain(block, _CONTENT_READ):  # a tool_result's `is_error` that is not a boolean, say
             yield from rest_slots(block, _CONTENT_READ)
-    elif kind == "tool_use":  # its name and input are among the `tool_calls` (guardrail_inputs.py)
+    elif kind == "tool_use":  # its name and input are among the `tool_calls` (guardrail_calls.py)
         if not plain(block, _CALL_READ):
             yield from rest_slots(block, _CALL_READ)
     elif kind in _NATIVE_BLOCKS:
