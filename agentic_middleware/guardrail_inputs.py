@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .guardrail_calls import given_calls, write_calls
-from .guardrail_texts import TOOL_OUTPUTS, extra_slots
+from .guardrail_extras import extra_slots
+from .guardrail_texts import TOOL_OUTPUTS
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
 from .guardrail_values import is_file_image
@@ -40,7 +41,7 @@ from .surfaces.responses import input_items
 
 # The request fields that hold texts, on any route: copied before a guardrail's texts are written into them.
 _TEXT_FIELDS = ("system", "messages", "input", "instructions")
-# The request fields that hold texts the model reads besides the messages (guardrail_texts.extra_slots).
+# The request fields that hold texts the model reads besides the messages (guardrail_extras.py).
 _SCHEMA_FIELDS = ("response_format", "text", "prompt", "output_format", "output_config")
 
 

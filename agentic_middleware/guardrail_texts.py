@@ -35,7 +35,6 @@ from .guardrail_values import is_token, never
 from .guardrail_walk import (
     API_FIELDS,
     Slot,
-    every_string,
     plain,
     read_fields,
     rest_slots,
@@ -90,8 +89,6 @@ _REASONING_READ = read_fields("summary", "content", "encrypted_content")
 _OUTPUT_READ = read_fields("output")
 _THINKING_READ = {kind: read_fields(field) for kind, field in _THINKING.items()}
 # A structured output's schema object and Chat's `response_format` around it (`strict`, a boolean, is an API field).
-_SCHEMA_READ = read_fields("name", "description", "schema")
-_RESPONSE_FORMAT_READ = read_fields("json_schema")
 
 
 def _kind(holder: dict[str, Any]) -> str | None:
@@ -152,66 +149,13 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
                 if api_surface == "anthropic_messages":
                     yield from _block_slots(block, skip_tool, message.get("role") == "assistant")
                 else:
-                    yield from _part_slots(block)
+                    yield from part_slots(block)
         if api_surface == "chat_completions":  # what `tool_calls` does not give of a call; an audio's transcript
             yield from chat_call_slots(message)
             yield from audio_slots(message)
             yield from _thinking_blocks_slots(message)
         if not plain(message, read):
             yield from rest_slots(message, read)  # a `name`, a role no API has
-
-
-def extra_slots(data: dict[str, Any], api_surface: str) -> Iterator[Slot]:
-    """The texts the model reads outside the messages, after theirs: a structured output's JSON schema (Chat's
-    `response_format`, Responses' `text.format`, Messages' `output_config.format` and the beta's `output_format`:
-    its name, description and every key and string of the schema, where a property's name and description tell
-    the model what to write), and on
-    Responses a stored prompt's `variables` (strings, or parts: the prompt's words, filled in)."""
-    if api_surface == "chat_completions":
-        fmt = _object(data, "response_format")
-        if fmt is not None:
-            yield from _schema_slots(_object(fmt, "json_schema"))
-            if not plain(fmt, _RESPONSE_FORMAT_READ):  # its type, when free text; fields made up on it
-                yield from rest_slots(fmt, _RESPONSE_FORMAT_READ)
-    elif api_surface == "anthropic_messages":
-        yield from _schema_slots(_object(data, "output_format"))  # the beta's
-        config = _object(data, "output_config")  # structured outputs as released: `output_config.format`
-        yield from _schema_slots(_object(config, "format") if config is not None else None)
-    else:
-        text = _object(data, "text")
-        yield from _schema_slots(_object(text, "format") if text is not None else None)
-        prompt = _object(data, "prompt")
-        variables = _object(prompt, "variables") if prompt is not None else None
-        for name, value in list((variables or {}).items()):
-            if isinstance(value, str):
-                yield variables, name
-            elif isinstance(value, dict):
-                yield from _part_slots(value)
-            elif value is not None:
-                raise unreadable(f"a prompt variable that is {type(value).__name__}")
-
-
-def _object(holder: dict[str, Any], key: str) -> dict[str, Any] | None:
-    value = holder.get(key)
-    if value is None or isinstance(value, dict):
-        return value
-    raise unreadable(f"a {key} that is {type(value).__name__}")
-
-
-def _schema_slots(schema_format: dict[str, Any] | None) -> Iterator[Slot]:
-    """A structured output's schema object (Chat's `json_schema`, Responses' `text.format`, Messages'
-    `output_format`): its name, description and every key and string of its schema; and, walked as a known part's
-    are (`rest_slots`), its `type` when it is no token and the fields a client made up on it, which an app that
-    writes the format into the prompt shows the model."""
-    if schema_format is None:
-        return
-    yield from string_slot(schema_format, "name")
-    yield from string_slot(schema_format, "description")
-    schema = schema_format.get("schema")
-    if schema is not None:
-        yield from every_string(schema, 1)
-    if not plain(schema_format, _SCHEMA_READ):
-        yield from rest_slots(schema_format, _SCHEMA_READ)
 
 
 def _block_slots(block: dict[str, Any], skip_tool: bool, assistant: bool) -> Iterator[Slot]:
@@ -237,7 +181,7 @@ def _block_slots(block: dict[str, Any], skip_tool: bool, assistant: bool) -> Ite
     elif isinstance(kind, str) and kind in _THINKING:
         yield from _thinking_slots(block, assistant)
     else:
-        yield from _part_slots(block)
+        yield from part_slots(block)
 
 
 def _thinking_blocks_slots(message: dict[str, Any]) -> Iterator[Slot]:
@@ -296,7 +240,7 @@ def _web_fetch_slots(block: dict[str, Any]) -> Iterator[Slot]:
         yield from rest_slots(content, _FETCHED_READ)
     document = content.get("content")
     if isinstance(document, dict):
-        yield from _part_slots(document)
+        yield from part_slots(document)
     elif document is not None:
         raise unreadable(f"a web_fetch_result content that is {type(document).__name__}")
 
@@ -313,12 +257,12 @@ def _content_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
         for part in value:
             if not isinstance(part, dict):
                 raise unreadable(f"a part of {key} that is {type(part).__name__}")
-            yield from _part_slots(part)
+            yield from part_slots(part)
     elif value is not None:
         raise unreadable(f"{key} that is {type(value).__name__}")
 
 
-def _part_slots(part: dict[str, Any]) -> Iterator[Slot]:
+def part_slots(part: dict[str, Any]) -> Iterator[Slot]:
     """A content part's texts: its `text`, and the texts the model reads in parts that keep them elsewhere.
 
     LiteLLM's proxy gives a guardrail only a part's `text` (and a Responses refusal's `refusal`); the model also

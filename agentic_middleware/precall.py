@@ -248,7 +248,7 @@ def _kwargs_of(hook: BoundHook, method: str, result: Any, kwargs: HookKwargs) ->
 
 
 # Request fields a guardrail's mask may be written into besides BODY_FIELDS (structured output schemas, a stored
-# prompt's variables: guardrail_texts.extra_slots); a field a hook replaced is taken, one it dropped is kept.
+# prompt's variables: guardrail_extras.py); a field a hook replaced is taken, one it dropped is kept.
 _MASKED_FIELDS = ("response_format", "text", "prompt", "output_format", "output_config")
 
 
