@@ -86,8 +86,7 @@ def _image_url(value: str) -> bool:
     hands on as inline data of that type, is left out too. A data URL of base64 of any other type (`text/plain`,
     JSON, none) is refused as a `file_data` of one is (`_file_data`); one of an image type that is no image is
     given, its words judged."""
-    if value.lower().find("data:") > 0:
-        _embedded(value, "an image URL")
+    _embedded(value, "an image URL")
     if is_image_or_url(value) or (is_file_data(value) and file_data_type(value) is not None):
         return True
     declared = file_data_type(value)
