@@ -10,8 +10,8 @@ is refused, failing closed: the provider may decode it for the model, and no gua
 Anything else in them (free text, an object a client made up) is given as a field no reader names is, every
 string and every key but the APIs' own names: a lenient app may show the model what it does not read as bytes.
 The other fields of these parts (`cache_control`, a `file_id`, fields a client made up) are walked as on any known
-part (`rest_slots`). A media part is read where LiteLLM reads it (`MEDIA`), and a type hint beside its bytes that
-would make a provider read them as a text is refused (`_check_type_hints`).
+part (`rest_slots`). A media part is read where LiteLLM reads it (`MEDIA`), and a type hint on it that would make
+a provider read its media as a text is refused (`_check_type_hints`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from .guardrail_values import (
     is_detail,
     is_file_data,
     is_image,
+    is_image_data_type,
     is_image_or_url,
-    is_image_type,
-    is_known_type,
+    is_media_hint,
     is_pdf,
     is_pdf_type,
     is_plain_text_type,
@@ -41,6 +41,7 @@ from .guardrail_walk import (
     API_FIELDS,
     Slot,
     every_string,
+    image_slots,
     plain,
     read_fields,
     rest_slots,
@@ -70,7 +71,8 @@ def _file_data(value: str) -> bool:
     other type, or of none (`data:;base64,`, which RFC 2397 makes `text/plain`; bare base64 that is no PDF), is
     refused: the provider decodes it (a text, JSON, code, an office document's XML) for the model to read, which a
     guardrail given base64 could not judge. Failing closed: a list of text types always misses one. A known type
-    whose bytes are not its own is given, its words judged."""
+    whose bytes are not its own is given, its words judged. A `data:` after its start is refused (`_embedded`)."""
+    _embedded(value, "a file_data")
     if is_file_data(value):
         return True
     declared = file_data_type(value)
@@ -83,16 +85,19 @@ def _file_data(value: str) -> bool:
 
 def _image_url(value: str) -> bool:
     """An image's URL (`is_image_or_url`); a data URL of a PDF or audio whose bytes are its type's, which LiteLLM
-    hands on as inline data of that type, is left out too. A data URL of base64 of any other type (`text/plain`,
-    JSON, none) is refused as a `file_data` of one is (`_file_data`); one of an image type that is no image is
-    given, its words judged."""
-    _embedded(value, "an image URL")
-    if is_image_or_url(value) or (is_file_data(value) and file_data_type(value) is not None):
-        return True
+    hands on as inline data of that type, is left out too. Base64 a provider would decode as a text is refused
+    (`_no_text_base64`); a data URL of an image type that is no image is given, its words judged."""
+    _no_text_base64(value, "an image URL")
+    return is_image_or_url(value) or (is_file_data(value) and file_data_type(value) is not None)
+
+
+def _no_text_base64(value: str, what: str) -> None:
+    """Refuses a data URL of base64 of a type other than a PDF's, an image's or audio's, or of none, as a
+    `file_data` of one is (`_file_data`), and a `data:` after the string's start (`_embedded`)."""
+    _embedded(value, what)
     declared = file_data_type(value)
     if declared is not None and not is_byte_type(declared):
-        raise unreadable(f"an image URL of {declared or 'no media type'} in base64")
-    return False
+        raise unreadable(f"{what} of {declared or 'no media type'} in base64")
 
 
 def _embedded(value: str, what: str) -> bool:
@@ -106,8 +111,18 @@ def _embedded(value: str, what: str) -> bool:
 
 
 def _file_id(value: str) -> bool:
-    """A file's id: one token (`is_token`); a data URL there is a `file_data` (LiteLLM prefers it to the data)."""
-    return _file_data(value) if _embedded(value, "a file_id") else is_token(value)
+    """A file's id: a data URL there is a `file_data` (LiteLLM prefers it to the data); any other is left to
+    `rest_slots`, which gives one that is no token (`file_id` is an id it checks: `fixed`), so it is given once."""
+    return _file_data(value) if _embedded(value, "a file_id") else True
+
+
+def _image_source_type(value: str) -> bool:
+    """An image source's `media_type`: an image's (`image/jpg` too, which LiteLLM takes); any other is refused, as a
+    base64 document's is (`_document_type`): LiteLLM hands a base64 source on as a data URL of that type, and a
+    provider told `text/plain` decodes it for the model."""
+    if not is_image_data_type(value):
+        raise unreadable(f"an image of {value}")
+    return True
 
 
 def _file_url(value: str) -> bool:
@@ -124,15 +139,15 @@ def _document_type(value: str) -> bool:
 
 
 # What each part's reader leaves out while it holds what the API puts there (`opaque_slots`), and reads.
-_IMAGE_SOURCE = {"data": is_image, "media_type": is_image_type, "url": _image_url}
+_IMAGE_SOURCE = {"data": is_image, "media_type": _image_source_type, "url": _image_url}
 _IMAGE_SOURCES = frozenset(("base64", "url", "file"))
-_IMAGE_URL = {"url": _image_url, "detail": is_detail, "format": is_known_type}
+_IMAGE_URL = {"url": _image_url, "detail": is_detail, "format": is_media_hint}
 _FILE = {
     "file_data": _file_data,
     "detail": is_detail,
     "file_id": _file_id,
     "file_url": _file_url,
-    "format": is_known_type,  # LiteLLM's, as on an image URL
+    "format": is_media_hint,  # LiteLLM's, as on an image URL
 }
 
 
@@ -158,15 +173,18 @@ MEDIA: dict[str, _Media] = {
     "image": _Media(("source",), _IMAGE_SOURCE, never, {}),
     "image_url": _Media(("image_url", "url"), _IMAGE_URL, _image_url, {}),
     "input_image": _Media(("image_url", "url"), _IMAGE_URL, _image_url, {"detail": is_detail}),
+    # A computer call's screenshot (in a `computer_call_output`, or a message's part), which LiteLLM reads as an image.
+    "computer_screenshot": _Media(
+        ("image_url", "url"), _IMAGE_URL, _image_url, {"detail": is_detail, "file_id": _file_id}
+    ),
     "input_audio": _Media(("input_audio",), {"data": is_audio, "format": is_audio_format}, never, {}),
     "file": _Media(("file",), _FILE, _file_data, _FILE),
     "input_file": _Media(("file",), _FILE, _file_data, _FILE),
 }
 MEDIA_PARTS = frozenset(MEDIA)
 # The fields LiteLLM takes a media part's type from (the first it finds, at the part's level or its inner object's)
-# and hands on as its bytes' media type over the type their data URL declares, and the fields that hold bytes.
+# and hands on as its media's type, over the type a data URL declares (`_check_type_hints`).
 _TYPE_HINTS = ("format", "mime_type", "content_type")
-_BYTE_FIELDS = ("data", "url", "image_url", "file_data", "file")
 # A document's source by its type: a base64 one's bytes (a PDF's) and media type; a `text` source's media type
 # (its `data` is its words, read); a URL's or a file's (no bytes, and no media type in the API); a `content`
 # source's (its blocks, read): bytes there are made up, and given.
@@ -176,6 +194,10 @@ DOCUMENT_SOURCES: dict[str, Mapping[str, Check]] = {
     "url": {"data": never, "media_type": is_pdf_type, "url": _file_url},
     "file": {"data": never, "media_type": is_pdf_type, "file_id": _file_id},
     "content": {"data": never, "media_type": never},
+}
+# What is read of each, for `rest_slots`: the fields checked, and a `content` source's blocks.
+DOCUMENT_READ = {
+    kind: read_fields("data", "media_type", "content", *checks) for kind, checks in DOCUMENT_SOURCES.items()
 }
 
 
@@ -202,22 +224,25 @@ def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
 
 
 def _check_type_hints(holders: list[dict[str, Any]]) -> None:
-    """Refuses a media type hint (`_TYPE_HINTS`) other than a known type's (`is_known_type`) beside bytes in
-    base64: LiteLLM sends the bytes as of the hinted type, so a PDF's or a WAV's bytes of ASCII words hinted
-    `text/plain` reach a provider (Gemini) as a text the model reads, which the walk left out as a PDF or audio.
-    Beside a URL or a file's id the hint is the caller's word for what they hold, given like any field."""
-    if not any(_holds_base64(holder.get(key)) for holder in holders for key in _BYTE_FIELDS):
-        return
+    """Refuses a media type hint (`_TYPE_HINTS`) but a media's (`is_media_hint`), whatever the part holds: LiteLLM
+    hands the hint on as its media's type, so a PDF's or a WAV's bytes of ASCII words hinted `text/plain` reach a
+    provider (Gemini) as a text the model reads, where the walk left them out as a PDF or audio, and so would
+    URL-safe base64, a file's id or a URL (Bedrock decodes any string holding `base64` and a comma as base64)."""
     for holder in holders:
         for key in _TYPE_HINTS:
             hint = holder.get(key)
-            if hint is not None and not (isinstance(hint, str) and is_known_type(hint)):
+            if hint is not None and not (isinstance(hint, str) and is_media_hint(hint)):
                 named = hint if isinstance(hint, str) else type(hint).__name__
-                raise unreadable(f"bytes in base64 whose {key} is {named or 'empty'}")
+                raise unreadable(f"a media part whose {key} is {named or 'empty'}")
 
 
-def _holds_base64(value: Any) -> bool:
-    return isinstance(value, str) and bool(value) and (value[:5].lower() == "data:" or is_bare_base64(value))
+def image_url_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:
+    """A record's image URL (a code interpreter's image output's `url`): left out while it is an image, given
+    otherwise (a URL too: `image_slots`), but base64 a provider would decode as a text, refused (`_no_text_base64`)."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        _no_text_base64(value, "an image URL")
+    yield from image_slots(holder, key)
 
 
 def _fields(holder: dict[str, Any], checks: Mapping[str, Check], read: frozenset[str]) -> Iterator[Slot]:

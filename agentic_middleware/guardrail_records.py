@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .guardrail_opaque import image_url_slots, media_slots
 from .guardrail_values import HARMLESS
 from .guardrail_walk import (
     Slot,
@@ -118,9 +119,14 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
                 continue
             # an image's `url` is left out while it is an image (a URL of words is given); the rest of it is given
             yield from strings(output, _IMAGE_URL, named=RECORD_FIELDS)
-            yield from image_slots(output, "url")
+            yield from image_url_slots(output, "url")
         if not plain(item, _CODE_READ):
             yield from rest_slots(item, _CODE_READ)
+        return
+    screenshot = item.get("output") if kind == "computer_call_output" else None
+    if isinstance(screenshot, dict):  # a `computer_screenshot`, read as LiteLLM reads one: an image part
+        yield from strings(item, RESPONSES_RECORDS[kind] | {"output"}, named=RECORD_FIELDS)
+        yield from media_slots(screenshot, "computer_screenshot")
         return
     image = _IMAGES.get(kind)
     if image is None:

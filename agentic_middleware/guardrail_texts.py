@@ -17,6 +17,7 @@ from typing import Any
 
 from .guardrail_native import block_slots, citation_slots, web_search_call_slots
 from .guardrail_opaque import (
+    DOCUMENT_READ,
     DOCUMENT_SOURCES,
     MEDIA_PARTS,
     audio_slots,
@@ -80,7 +81,6 @@ _MESSAGE_READ = {
 _ANNOTATION_FIELDS = API_FIELDS.union(("index",))
 _TEXT_READ = read_fields("text", "refusal", "citations", "annotations")
 _CONTENT_READ = read_fields("content")
-_SOURCE_READ = read_fields("data", "media_type", "content")
 _CALL_READ = read_fields("name", "input", "arguments")
 _FETCHED_READ = read_fields("url", "retrieved_at", "error_code", "content")
 _DOCUMENT_READ = read_fields("title", "context", "source")
@@ -297,8 +297,9 @@ def part_slots(part: dict[str, Any]) -> Iterator[Slot]:
             # a URL source's `url`; a base64 source's bytes are not words, while they are a PDF's
             if isinstance(source, dict):
                 yield from opaque_slots(source, DOCUMENT_SOURCES[given or "content"])
-                if not plain(source, _SOURCE_READ):
-                    yield from rest_slots(source, _SOURCE_READ)
+                read = DOCUMENT_READ[given or "content"]
+                if not plain(source, read):
+                    yield from rest_slots(source, read)
             if not plain(part, _DOCUMENT_READ):  # its `citations` setting too
                 yield from rest_slots(part, _DOCUMENT_READ)
         else:

@@ -94,6 +94,7 @@ _BYTES = re.compile(_BASE64)
 # behind a data URL of the four image types the APIs take, or bare; a URL of any scheme, one token of printable ASCII.
 _TOKEN_CHARS = "[A-Za-z0-9!#$&^_.+-]"
 _MIME = f"[A-Za-z0-9]{_TOKEN_CHARS}*+/[A-Za-z0-9]{_TOKEN_CHARS}*+"
+_MIME_TYPE = re.compile(_MIME)
 _FILE_DATA = re.compile(f"(?:(?i:data):({_MIME})(?:;{_TOKEN_CHARS}++={_TOKEN_CHARS}++)*+;(?i:base64),)?+{_BASE64}")
 _IMAGE = re.compile(f"(?:(?i:data):image/(?:png|jpe?g|gif|webp);base64,)?+{_BASE64}")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*+://[!-~]++")
@@ -148,7 +149,7 @@ _AUDIO_HEADS: dict[str, Callable[[bytes], bool]] = {
     **dict.fromkeys(("audio/mp4", "audio/m4a", "audio/x-m4a"), lambda head: head[4:8] == b"ftyp"),
 }
 _AUDIO_TYPES = frozenset(_AUDIO_HEADS)
-_KNOWN_TYPES = IMAGE_TYPES | _AUDIO_TYPES | {"application/pdf"}
+_HINTED = _IMAGE_DATA_TYPES | _AUDIO_TYPES | {"application/pdf"}  # a media hint's types but a video's
 
 
 def _whole(text: str, start: int) -> bool:
@@ -280,6 +281,11 @@ def is_image_type(value: str) -> bool:
     return value in IMAGE_TYPES
 
 
+def is_image_data_type(value: str) -> bool:
+    """A base64 image's declared type: one of the four image types, or `image/jpg` (which LiteLLM takes)."""
+    return value in _IMAGE_DATA_TYPES
+
+
 def is_pdf_type(value: str) -> bool:
     """A base64 document's `media_type`: Anthropic takes `application/pdf` only."""
     return value == "application/pdf"
@@ -305,9 +311,13 @@ def is_audio_format(value: str) -> bool:
     return value in _AUDIO_FORMATS or value in _AUDIO_TYPES
 
 
-def is_known_type(value: str) -> bool:
-    """LiteLLM's `format` on an image URL: the MIME type of what the URL holds, one of the known types."""
-    return value in _KNOWN_TYPES
+def is_media_hint(value: str) -> bool:
+    """LiteLLM's `format` (or `mime_type`, `content_type`) on a media part, the type a provider is told its media is:
+    one whose bytes the model reads as no characters, of any case (a MIME type's is none): one of the known types
+    (`image/jpg` too) or a video's (`video/mp4`, as Gemini takes a video by URL). A text's, JSON's, any other would
+    have the provider decode the bytes, or what a URL or file id names, as words no guardrail was given."""
+    lowered = value.lower()
+    return lowered in _HINTED or (lowered.startswith("video/") and _MIME_TYPE.fullmatch(lowered) is not None)
 
 
 def is_detail(value: str) -> bool:

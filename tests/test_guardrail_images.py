@@ -51,7 +51,6 @@ NOT_IMAGES = {
     "words after a whole PNG": generated(PIXEL + SAID),
     "a data URL with words after its base64": interpreted(f"data:image/png;base64,AAAA {SAID}"),
     "a data URL with a line break in its base64": screenshot(f"data:image/png;base64,{PIXEL[:8]}\n{SAID}"),
-    "a data URL whose subtype is a word": screenshot(f"data:image/{WORD};base64,{PIXEL}"),
     "a data URL with words in its parameters": screenshot(f"data:image/png;{WORD};base64,{PIXEL}"),
 }
 
@@ -63,6 +62,18 @@ async def test_words_where_an_image_belongs_after_an_images_start_are_judged(cas
     async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
         got = await http.post("/v1/responses", json={"model": "g", "input": [U, NOT_IMAGES[case]]})
     assert got.status_code == 400 and got.json()["error"]["message"] == f"blocked: {WORD}"
+    assert model.requests == []
+
+
+async def test_a_screenshots_data_url_of_a_type_of_words_is_refused_as_an_input_images_is() -> None:
+    """A computer call's screenshot is an image part to LiteLLM: base64 of a type no image has (`image/<word>`) is
+    refused as in an `input_image`, where a provider may decode it; the word is never read as bytes."""
+    model = ScriptedModel(default=response("never"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[WordBlock("all")])) as http:
+        body = {"model": "g", "input": [U, screenshot(f"data:image/{WORD};base64,{PIXEL}")]}
+        got = await http.post("/v1/responses", json=body)
+    said = f"the request holds an image URL of image/{WORD} in base64: the guardrails cannot read it"
+    assert (got.status_code, got.json()["error"]["message"]) == (400, said)
     assert model.requests == []
 
 

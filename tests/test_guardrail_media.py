@@ -224,10 +224,6 @@ NOT_BYTES: dict[str, tuple[str, dict[str, Any]]] = {
             }
         ),
     ),
-    "messages: an image's media type of a word": (
-        "/v1/messages",
-        messages_body({"role": "user", "content": [data_image(PNG, f"image/{WORD}")]}),
-    ),
     "messages: an image of a PNG's head, then words": (
         "/v1/messages",
         messages_body({"role": "user", "content": [data_image(HEADED)]}),
@@ -244,17 +240,6 @@ NOT_BYTES: dict[str, tuple[str, dict[str, Any]]] = {
             {
                 "role": "user",
                 "content": [{"type": "input_audio", "input_audio": {"data": WAV, "format": f"audio/{WORD}"}}],
-            }
-        ),
-    ),
-    "chat: an image URL's format of a word": (
-        "/v1/chat/completions",
-        chat_body(
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": "https://a.test/a.png", "format": f"image/{WORD}"}}
-                ],
             }
         ),
     ),
@@ -437,6 +422,33 @@ TEXT_BASE64 |= {
             }
         ),
         f"a base64 document of application/{WORD}",
+    ),
+    "messages: an image's media type of a word": (
+        "/v1/messages",
+        messages_body({"role": "user", "content": [data_image(PNG, f"image/{WORD}")]}),
+        f"an image of image/{WORD}",
+    ),
+    "messages: an image's media type of a text (LiteLLM makes it a data URL of text/plain)": (
+        "/v1/messages",
+        messages_body({"role": "user", "content": [data_image(b64(SAID), "text/plain")]}),
+        "an image of text/plain",
+    ),
+    "chat: an image URL's format of a word": (
+        "/v1/chat/completions",
+        chat_body(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "https://a.test/a.png", "format": f"image/{WORD}"}}
+                ],
+            }
+        ),
+        f"a media part whose format is image/{WORD}",
+    ),
+    "messages: an image's media_type of words": (
+        "/v1/messages",
+        messages_body({"role": "user", "content": [data_image(PNG, SAID)]}),
+        f"an image of {SAID}",
     ),
     "messages: a base64 document of a media type of words": (
         "/v1/messages",

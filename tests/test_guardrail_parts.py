@@ -84,10 +84,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "/v1/messages",
         user_blocks([{"type": "image", "source": IMAGE["source"] | {"data": SAID}}]),
     ),
-    "messages: an image's media_type of words": (
-        "/v1/messages",
-        user_blocks([{"type": "image", "source": IMAGE["source"] | {"media_type": SAID}}]),
-    ),
     "messages: an image's URL source of words": (
         "/v1/messages",
         user_blocks([{"type": "image", "source": {"type": "url", "url": SAID}}]),

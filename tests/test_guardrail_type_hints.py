@@ -17,10 +17,10 @@ from typing import Any
 import media_kit
 import pytest
 from conftest import http_client
-from guardrail_kit import SAID, WordBlock
+from guardrail_kit import SAID, WORD, WordBlock
 from test_guardrail_coverage import ANSWERS, refusal
-from test_guardrail_fields import Given
-from test_guardrail_media import chat_body, error_message, responses_body
+from test_guardrail_fields import Given, given_texts
+from test_guardrail_media import chat_body, error_message, messages_body, responses_body
 
 from agentic_middleware import AgenticLoopMiddleware
 from agentic_middleware.testing import ScriptedModel
@@ -36,6 +36,7 @@ WORDY_PDF = b64(b"%PDF-1.4\n" + SAID.encode() + b"\n%%EOF\n")
 WORDY_WAV = b64(b"RIFF\x24\x00\x00\x00WAVE" + SAID.encode())
 TEXT = b64(SAID.encode())
 PNG_URL = f"data:image/png;base64,{media_kit.PNG}"
+URL = f"https://files.test/the-{WORD}.pdf"
 PDF_URL = f"data:application/pdf;base64,{media_kit.PDF}"
 WORDY_PDF_URL = f"data:application/pdf;base64,{WORDY_PDF}"
 
@@ -52,47 +53,67 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
     "chat: a PDF's file_data hinted text/plain": (
         "/v1/chat/completions",
         chat({"type": "file", "file": {"file_data": WORDY_PDF_URL, "format": "text/plain"}}),
-        "bytes in base64 whose format is text/plain",
+        "a media part whose format is text/plain",
     ),
     "chat: a WAV's file_data hinted text/plain": (
         "/v1/chat/completions",
         chat({"type": "file", "file": {"file_data": f"data:audio/wav;base64,{WORDY_WAV}", "format": "text/plain"}}),
-        "bytes in base64 whose format is text/plain",
+        "a media part whose format is text/plain",
     ),
     "chat: a bare PDF hinted by the part's mime_type": (
         "/v1/chat/completions",
         chat({"type": "file", "mime_type": "text/markdown", "file": {"file_data": WORDY_PDF}}),
-        "bytes in base64 whose mime_type is text/markdown",
+        "a media part whose mime_type is text/markdown",
     ),
     "chat: an image URL's data hinted by its content_type": (
         "/v1/chat/completions",
         chat({"type": "image_url", "image_url": {"url": PNG_URL, "content_type": "text/plain"}}),
-        "bytes in base64 whose content_type is text/plain",
+        "a media part whose content_type is text/plain",
     ),
     "chat: an image URL's data hinted in its format": (
         "/v1/chat/completions",
         chat({"type": "image_url", "image_url": {"url": PNG_URL, "format": "text/plain"}}),
-        "bytes in base64 whose format is text/plain",
+        "a media part whose format is text/plain",
     ),
     "chat: a bare image hinted at the part's level": (
         "/v1/chat/completions",
         chat({"type": "image_url", "format": "text/plain", "image_url": media_kit.PNG}),
-        "bytes in base64 whose format is text/plain",
+        "a media part whose format is text/plain",
     ),
     "responses: an input_image hinted at the part's level": (
         "/v1/responses",
         responses({"type": "input_image", "image_url": PNG_URL, "format": "text/plain"}),
-        "bytes in base64 whose format is text/plain",
+        "a media part whose format is text/plain",
     ),
     "responses: an input_file hinted by an object": (
         "/v1/responses",
         responses({"type": "input_file", "file_data": WORDY_PDF_URL, "format": {}}),
-        "bytes in base64 whose format is dict",
+        "a media part whose format is dict",
     ),
     "responses: an input_file hinted empty": (
         "/v1/responses",
         responses({"type": "input_file", "file_data": WORDY_PDF_URL, "format": ""}),
-        "bytes in base64 whose format is empty",
+        "a media part whose format is empty",
+    ),
+    "chat: URL-safe base64 hinted text/plain": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file": {"file_data": TEXT.replace("+", "-"), "format": "text/plain"}}),
+        "a media part whose format is text/plain",
+    ),
+    "chat: an image URL holding base64, hinted text/plain (Bedrock decodes it)": (
+        "/v1/chat/completions",
+        chat({"type": "image_url", "image_url": {"url": f"https://a.test/base64,{TEXT}", "format": "text/plain"}}),
+        "a media part whose format is text/plain",
+    ),
+    "responses: a file's id holding a data URL, hinted text/markdown": (
+        "/v1/responses",
+        responses({"type": "input_file", "file_id": WORDY_PDF_URL, "mime_type": "text/markdown"}),
+        "a media part whose mime_type is text/markdown",
+    ),
+    "chat: a file's id hinted text/plain": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file": {"file_id": "file-abc", "format": "text/plain"}}),
+        "a media part whose format is text/plain",
     ),
 }
 _TEXT_URL = f"data:text/plain;base64,{TEXT}"
@@ -127,6 +148,33 @@ ELSEWHERE: dict[str, tuple[str, dict[str, Any], str]] = {
         responses({"type": "input_file", "file": {"file_data": _TEXT_URL}}),
         "a file_data of text/plain in base64",
     ),
+    "chat: a file_data holding a data URL after its start": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file": {"file_data": f"x {_TEXT_URL}"}}),
+        "a file_data that holds a data URL after its start",
+    ),
+    "chat: a file string holding a data URL after its start": (
+        "/v1/chat/completions",
+        chat({"type": "file", "file": f" {_TEXT_URL}"}),
+        "a file_data that holds a data URL after its start",
+    ),
+    "responses: a message's computer_screenshot of text": (
+        "/v1/responses",
+        responses({"type": "computer_screenshot", "image_url": _TEXT_URL}),
+        "an image URL of text/plain in base64",
+    ),
+    "responses: a computer_call_output's screenshot of text": (
+        "/v1/responses",
+        responses_body(
+            {"type": "function_call", "call_id": "c1", "name": "computer", "arguments": "{}"},
+            {
+                "type": "computer_call_output",
+                "call_id": "c1",
+                "output": {"type": "computer_screenshot", "image_url": _TEXT_URL},
+            },
+        ),
+        "an image URL of text/plain in base64",
+    ),
 }
 
 
@@ -144,7 +192,9 @@ PLAIN = chat(
     {"type": "file", "file": {"file_data": PDF_URL, "format": "application/pdf"}},
     {"type": "file", "file": PDF_URL},
     {"type": "file", "file": {"file_data": f"data:audio/webm;codecs=opus;base64,{WEBM}"}},
-    {"type": "file", "file": {"file_id": "file-abc", "format": "text/plain"}},
+    {"type": "file", "file": {"file_id": "file-abc", "format": "video/mp4"}},
+    {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{media_kit.JPEG}", "format": "image/jpg"}},
+    {"type": "image_url", "image_url": {"url": PNG_URL, "format": "IMAGE/PNG"}},
 )
 
 
@@ -157,7 +207,7 @@ async def test_known_hints_and_bytes_elsewhere_are_left_out_and_reach_the_app_un
     async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
         got = await http.post("/v1/chat/completions", json=PLAIN)
     assert got.status_code == 200, got.text
-    assert guard.texts == ["hi", "text/plain"]
+    assert guard.texts == ["hi"]
     assert model.requests[0].body["messages"] == PLAIN["messages"]
 
 
@@ -182,3 +232,15 @@ async def test_an_image_where_litellm_reads_one_besides_the_apis_field_is_given_
         assert model.requests[0].body == sent
     assert guard.texts == ["hi", "hi"]
     assert guard.images == [[PNG_URL, gif, webp, jpeg], [PNG_URL]]
+
+
+async def test_a_file_id_and_a_document_url_of_words_are_given_once() -> None:
+    """A file's id of free text, and a document's URL or file id, are given once each: given twice, a guardrail's
+    second edit of one overwrote its first (a mask lost)."""
+    chat_body_ = chat({"type": "file", "file": {"file_id": f"the {WORD} file", "file_url": URL}})
+    responses_body_ = responses({"type": "input_file", "file_id": f"the {WORD} file"})
+    documents = {"type": "url", "url": URL}, {"type": "file", "file_id": f"the {WORD} file"}
+    messages_body_ = messages_body({"role": "user", "content": [{"type": "document", "source": s} for s in documents]})
+    assert await given_texts("/v1/chat/completions", chat_body_) == ["hi", URL, f"the {WORD} file"]
+    assert await given_texts("/v1/responses", responses_body_) == ["hi", f"the {WORD} file"]
+    assert await given_texts("/v1/messages", messages_body_) == ["hi", URL, f"the {WORD} file"]
