@@ -24,6 +24,7 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 
 from ..concurrency import cancel_and_wait
+from .stdio import bounded_stdio_client
 from .transport import CallGuard, marking, sent_to
 
 logger = logging.getLogger("agentic_middleware")
@@ -96,8 +97,8 @@ class Connection:
         """Close the session (and end a stdio server's process).
 
         An open session is ended from inside, so that its HTTP session gets its `DELETE`; one still connecting
-        (a server hanging at `initialize`) is cancelled at once rather than waited for: the SDK's transports end
-        what they opened when cancelled (a stdio server's stdin is closed, then the process is killed).
+        (a server hanging at `initialize`) is cancelled at once rather than waited for: the transports end
+        what they opened when cancelled (a stdio server's stdin is closed, then its process group is ended: stdio.py).
         """
         runner, self._runner = self._runner, None
         await cancel_and_wait(self._checking)
@@ -181,13 +182,17 @@ class Connection:
                 )
             else:
                 command = [sys.executable if self.server[0] == "python" else self.server[0], *self.server[1:]]
-                # Bytes that are not UTF-8 read as U+FFFD: the SDK's strict default ends its stdout reader on the
-                # first one and leaves the session hung (every later call timing out); replaced, such a stray line
-                # fails to parse and is passed over as any other (`_on_message`).
                 parameters = StdioServerParameters(
                     command=command[0], args=command[1:], encoding_error_handler="replace"
                 )
-                transport = stdio_client(parameters)
+                if sys.platform == "win32":
+                    # The SDK's own transport on Windows, where its process handling (a job object) is the SDK's:
+                    # its lines are unbounded (a line far over max_result_bytes is read whole, then refused by
+                    # `Session.call`). Bytes that are not UTF-8 read as U+FFFD, as ours reads them: the SDK's
+                    # strict default ends its reader on the first one and leaves the session hung.
+                    transport = stdio_client(parameters)
+                else:
+                    transport = bounded_stdio_client(parameters, self.max_result_bytes)  # stdio.py
             async with asyncio.timeout(self.connect_timeout):
                 client = await stack.enter_async_context(
                     Client(

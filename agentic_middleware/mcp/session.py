@@ -9,6 +9,7 @@ outcome is unknown. What the tools are called and what their results become is `
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from typing import Any
 
@@ -107,8 +108,11 @@ class Session(Connection):
                     raise CallFailed(OUTCOME_UNKNOWN.format("the session dropped"))
                 self._drop(client)
                 continue
-            if not isinstance(self.server, str) and self._size(result) > self.max_result_bytes:
-                raise CallFailed(self._too_large())  # over HTTP the transport refused it before reading it whole
+            # Over HTTP and over stdio on POSIX the transport refused a larger answer before reading it whole
+            # (transport.py, stdio.py); the SDK's stdio transport on Windows reads any line.
+            if sys.platform == "win32" and not isinstance(self.server, str):
+                if self._size(result) > self.max_result_bytes:
+                    raise CallFailed(self._too_large())
             return result
         raise CallFailed(f"the MCP server is unreachable ({failure})")
 

@@ -30,7 +30,7 @@ from mcp.shared.message import SessionMessage
 # Our own JSON-RPC error codes (in the range JSON-RPC leaves to implementations); they never leave the gateway.
 NOT_SENT = -32091  # the call's POST never reached the server: its connection could not be made
 UNKNOWN = -32092  # the call's POST failed once it may have reached the server: whether it ran is unknown
-TOO_LARGE = -32093  # the server's answer is larger than max_result_bytes
+TOO_LARGE = -32093  # the server's answer is larger than max_result_bytes (an HTTP body, or a stdio line: stdio.py)
 REFUSED = -32094  # the server answered the call's POST with an HTTP error status and no JSON-RPC error
 
 ANSWERED = "the MCP server answered HTTP "  # the start of a call's error whose POST got an HTTP error status
@@ -124,9 +124,9 @@ class _Watching(_Wrapping):
 
 @contextlib.asynccontextmanager
 async def marking(transport: Any, ended: Callable[[], None], *, http: bool) -> AsyncIterator[tuple[Any, Any]]:
-    """`transport` (the SDK's stdio or streamable HTTP client), its read stream telling `ended` when the server is
-    gone. A stdio call is marked sent as it is handed to the pipe's writer; an HTTP one by `CallGuard`, as its
-    POST goes (a POST whose connection is refused never reached the server)."""
+    """`transport` (stdio.py's, or the SDK's stdio or streamable HTTP client), its read stream telling `ended` when
+    the server is gone. A stdio call is marked sent as it is handed to the pipe's writer; an HTTP one by `CallGuard`,
+    as its POST goes (a POST whose connection is refused never reached the server)."""
     async with transport as (read, write):
         yield _Watching(read, ended), write if http else _Marking(write)
 

@@ -1,0 +1,115 @@
+"""A tiny stdio MCP server speaking JSON-RPC by hand, for the bounded stdio transport's tests: it writes its answers
+as the TypeScript SDK's servers do, the id last (`{"result":...,"jsonrpc":"2.0","id":N}`), and writes what no SDK
+server would (a line with its id in the middle, stray lines, bytes that are not UTF-8).
+
+    python tests/mcp_raw_server.py RUNS            # answers initialize, tools/list, tools/call; exits at stdin's end
+    python tests/mcp_raw_server.py RUNS --stubborn # ... and, once stdin closes, ignores SIGTERM, with a child
+
+Tools: `big(size, id_at, wait)` writes a text of `size` characters, its id at the `tail`, in the `middle`, or `none`
+(then a short answer follows for that id). It appends "big" to the file RUNS once half the line is written; with
+`wait` it writes the other half only once it has read the next request, so that the test knows a call it sends then
+was in flight while the line was read. `shout(size)` sends a log notification of `size` characters before its
+answer. `pid` says the process id (and its child's). `stray` writes a line that is not JSON and one that is not UTF-8
+before its answer, whose text holds a byte that is not UTF-8 either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+OUT = sys.stdout.buffer
+IN = sys.stdin.buffer
+TOOLS = [
+    {"name": name, "description": name, "inputSchema": {"type": "object"}}
+    for name in ("big", "shout", "pid", "stray", "echo")
+]
+waiting: list[dict] = []  # requests read while a big line was held, answered after it
+child: subprocess.Popen[bytes] | None = None
+
+
+def send(data: bytes) -> None:
+    OUT.write(data)
+    OUT.flush()
+
+
+def answer(ident: object, result: dict) -> None:
+    send(json.dumps({"result": result, "jsonrpc": "2.0", "id": ident}).encode() + b"\n")  # the id last
+
+
+def text(ident: object, said: str) -> None:
+    answer(ident, {"content": [{"type": "text", "text": said}], "isError": False})
+
+
+def big(ident: object, size: int, id_at: str, wait: bool) -> None:
+    body = b'{"result":{"content":[{"type":"text","text":"' + b"x" * size + b'"}],"isError":false}'
+    ending = {
+        "tail": b',"jsonrpc":"2.0","id":' + json.dumps(ident).encode() + b"}\n",
+        "middle": b',"id":' + json.dumps(ident).encode() + b',"jsonrpc":"2.0"}\n',
+        "none": b',"jsonrpc":"2.0","id":null}\n',
+    }[id_at]
+    send(body[: len(body) // 2])
+    with open(sys.argv[1], "a") as runs:
+        runs.write("big\n")
+    line = IN.readline() if wait else b""  # the next request, sent while this line is half written
+    if line:
+        waiting.append(json.loads(line))
+    send(body[len(body) // 2 :] + ending)
+    if id_at == "none":
+        text(ident, "after an unreadable line")
+
+
+def call(ident: object, name: str, arguments: dict) -> None:
+    if name == "big":
+        big(ident, arguments["size"], arguments.get("id_at", "tail"), arguments.get("wait", True))
+    elif name == "shout":
+        said = {"level": "info", "data": "x" * arguments["size"]}
+        send(json.dumps({"method": "notifications/message", "params": said, "jsonrpc": "2.0"}).encode() + b"\n")
+        text(ident, "shouted")
+    elif name == "pid":
+        text(ident, f"pid={os.getpid()} child={child.pid if child else 0}")
+    elif name == "stray":
+        send(b"npm notice: not JSON\n\xff\xfe\x00 not UTF-8\n")
+        send(b'{"jsonrpc":"2.0","id":' + json.dumps(ident).encode() + b',"result":{"content":[')
+        send(b'{"type":"text","text":"caf\xe9"}],"isError":false}}\n')
+    else:
+        text(ident, str(arguments.get("text")))
+
+
+def handle(request: dict) -> None:
+    ident, method = request.get("id"), request.get("method")
+    if ident is None:
+        return  # a notification
+    if method == "initialize":
+        version = request["params"]["protocolVersion"]
+        answer(
+            ident,
+            {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "raw", "version": "1"}},
+        )
+    elif method == "tools/list":
+        answer(ident, {"tools": TOOLS})
+    elif method == "tools/call":
+        call(ident, request["params"]["name"], request["params"].get("arguments") or {})
+    else:
+        send(json.dumps({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": method}}).encode() + b"\n")
+
+
+def main() -> None:
+    global child
+    if "--stubborn" in sys.argv:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    for line in IN:
+        handle(json.loads(line))
+        while waiting:
+            handle(waiting.pop(0))
+    if child is not None:  # stdin closed: stay, deaf to SIGTERM, until killed
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
