@@ -38,8 +38,9 @@ class ShownIds:
         self.limit = limit
         self.hidden: dict[bytes, bytes] = {}
         self.rounds: list[str] = []  # the ids of a looped turn's rounds, in order
-        self.relay: ResponsesRelay | None = None  # a live turn's relay, which names each round as it starts
-        self.followed = 0  # how many of the relay's round ids are taken
+        # A live turn: its relay names each round here as the round starts (`follow`). The relay is not held: it holds
+        # this, and a cycle between them would keep both until a full collection, long after the stream ended.
+        self.live = False
         self.start: Message | None = None  # a JSON answer's start, held until its body is whole
         self.chunks: list[bytes] = []
         self.size = 0  # the bytes held in `chunks`
@@ -58,9 +59,11 @@ class ShownIds:
             self.hidden.setdefault(internal.encode(), shown.encode())
 
     def follow(self, relay: object) -> None:
-        """A live turn: each round's id is taken from the relay as soon as its stream names it."""
+        """A live turn: the relay names each round (`round`) as soon as its stream does, before any of the round's
+        events goes out, so that nothing is looked up again for each event (`passes`)."""
         if isinstance(relay, ResponsesRelay):
-            self.relay = relay
+            self.live = True
+            relay.names = self
 
     def round(self, response_id: object, relay: object) -> None:
         """A looped turn's round answered with `response_id`; `relay` is the turn's live relay, if any. The client
@@ -84,18 +87,17 @@ class ShownIds:
                 data = _replaced(data, internal, shown, after)
         return data
 
-    def passes(self, body: bytes) -> bool:
-        """Whether a body chunk goes to the server's `send` as it is: no id to hide yet, or a text delta the relay
-        passed on whose string holds none. A plain check, so that a live stream's lane (live_round.py) writes such a
-        chunk straight to the server's `send`, not through this one's coroutine (most of a live stream's events)."""
-        relay = self.relay
-        if relay is not None and len(relay.round_ids) > self.followed:
-            self.follow_rounds(relay)
-        if not self.hidden and self.start is None:
-            # No id to hide yet (a live stream's first round), so nothing held (`tail` holds only what could begin
+    def passes(self, body: bytes, relay: object) -> bool:
+        """Whether a body chunk goes to the server's `send` as it is: no id to hide yet, or a text delta the `relay`
+        passed on by its lane (`TextLane.passed`) whose string holds none. A plain check, so that a live stream's lane
+        (live_round.py) writes such a chunk straight to the server's `send`, not through this one's coroutine (most
+        of a live stream's events)."""
+        if not self.hidden:
+            # No id to hide yet (a live stream's first round: the relay names a later one before its events, `round`),
+            # so nothing held (`start` holds a JSON answer only once an id is hidden, `tail` only what could begin
             # one): the body goes as it came, at the cost of this check alone.
             return True
-        if relay is not None and body is relay.passed and self.searched and not self.tail:
+        if isinstance(relay, ResponsesRelay) and body is relay.passed and self.searched and not self.tail:
             # A text delta the relay passed on by its lane (most of a live stream's later rounds): its bytes before its
             # string are known (`_lane_needles`), so a byte search from its string on for what the ids begin with
             # tells whether it holds one (about a tenth of the search in `__call__`).
@@ -111,19 +113,10 @@ class ShownIds:
                     return True
         return False
 
-    def follow_rounds(self, relay: ResponsesRelay) -> None:
-        """Hide the ids of the rounds the relay named since the last look."""
-        for response_id in relay.round_ids[self.followed :]:
-            self.round(response_id, relay)
-        self.followed = len(relay.round_ids)
-
     async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.body":
-            if self.passes(message.get("body", b"")):
-                await self.send(message)
-                return
-        elif self.relay is not None:
-            self.follow_rounds(self.relay)
+        if message["type"] == "http.response.body" and not self.hidden:  # nothing to hide, nothing held (`passes`)
+            await self.send(message)
+            return
         if message["type"] == "http.response.start":
             headers = message.get("headers", ())
             kind, encoded = media_type(headers)
@@ -136,7 +129,7 @@ class ShownIds:
             # An event stream is searched even before any id is hidden: a buffered stream begins (with keep-alives)
             # before its rounds answer, and a live one before its later rounds start.
             stream = kind == b"text/event-stream"
-            self.searched = self.plain and (bool(self.hidden) or self.relay is not None or stream)
+            self.searched = self.plain and (bool(self.hidden) or self.live or stream)
             if self.searched:
                 message = {**message, "headers": without_length(message.get("headers", ()))}
         elif message["type"] == "http.response.body" and self.plain:

@@ -307,3 +307,51 @@ async def test_a_later_rounds_id_spelled_with_an_escape_never_shows() -> None:
     assert events[-1]["response"]["id"] == FIRST
     told = "".join(event["delta"] for event in events if event["type"] == "response.output_text.delta")
     assert told == QUOTED.replace("ID", FIRST)
+
+
+ONE, TWO, THREE = "resp_1st00", "resp_2nd00", "resp_3rd00"  # one length, one common start: one needle for the lane
+
+
+def texts_round(response_id: str, pieces: list[str], *calls: dict[str, Any]) -> list[bytes]:
+    """A round's events, each in a chunk of its own: a message whose text deltas are `pieces`, one each (all as long
+    as the ids), then `calls`."""
+    text = "".join(pieces)
+    part = {"type": "output_text", "text": text, "annotations": []}
+    item = {"type": "message", "id": f"msg_{response_id[5:8]}", "role": "assistant", "status": "completed"}
+    body = {**response({**item, "content": [part]}, *calls), "id": response_id}
+    return list(sse.responses_events(body, chunk_size=len(ONE)))
+
+
+async def test_each_round_named_mid_stream_is_hidden_in_the_lanes_deltas_from_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three live rounds, the first two calling a server tool: each later round's id is known only when its own
+    `response.created` comes, mid-stream, and must be hidden from then on in the text deltas the relay's lane passes
+    on (the relay names the round to the id-hiding `send` as it starts, shown.py): the second round's deltas quote
+    its own id, the third's quote the second's and its own, with a second id hidden since the last lane."""
+    rounds = [
+        texts_round(ONE, ["looking up"], function_call("lookup", {"key": "a"}, "call_1")),
+        texts_round(TWO, ["round two ", TWO, " thinking"], function_call("lookup", {"key": "b"}, "call_2")),
+        texts_round(THREE, ["after the ", TWO, " round is ", THREE, " done, yes"]),
+    ]
+    app = ScriptedModel(*(event_stream(events) for events in rounds))
+    passed: list[bytes] = []
+    pass_on = TextLane.pass_on
+
+    def noted(relay: TextLane, chunk: bytes) -> bytes | None:
+        out = pass_on(relay, chunk)
+        if out is not None and out is relay.passed:
+            passed.append(out)
+        return out
+
+    monkeypatch.setattr(TextLane, "pass_on", noted)
+    gateway = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])], chain_store=False)
+    raw = await openai_client(gateway).responses.with_raw_response.create(model="m", input="q", stream=True)
+    text = await raw.http_response.aread()
+
+    assert len(passed) == 9  # every text delta took the lane, the first round's included
+    assert TWO.encode() not in text and THREE.encode() not in text
+    events = [orjson.loads(line[len(b"data: ") :]) for line in text.split(b"\n") if line.startswith(b"data: ")]
+    assert events[0]["response"]["id"] == events[-1]["response"]["id"] == ONE
+    told = [event["delta"] for event in events if event["type"] == "response.output_text.delta"]
+    assert told == ["looking up", "round two ", ONE, " thinking", "after the ", ONE, " round is ", ONE, " done, yes"]

@@ -32,7 +32,7 @@ class ChatRelay(StreamRelay):
 
     __slots__ = (  # thousands of streams each hold one
         *("include_usage", "head", "opened", "before", "sent", "separated", "holding", "held", "top", "choices"),
-        *("calls", "usage", "lane_text", "lane", "lane_end", "lane_padded", "lane_client"),
+        *("calls", "usage", "lane_text", "lane", "lane_size", "lane_end", "lane_padded", "lane_client"),
     )
 
     def __init__(self, include_usage: bool) -> None:
@@ -64,6 +64,7 @@ class ChatRelay(StreamRelay):
 
     def close_lane(self) -> None:
         self.lane: bytes | None = None  # a content chunk's bytes up to its string's opening quote (`open_lane`)
+        self.lane_size = 0  # their length
         self.lane_end = b""  # and from its closing quote on (to the padding's value, when `lane_padded`)
         self.lane_padded = False  # each chunk ends in padding of its own (`_PADDING`)
         # Where the client's chunks differ: theirs, as a template of the string (`%b`), then of the padding's value.
@@ -120,7 +121,8 @@ class ChatRelay(StreamRelay):
                     return
                 tail = tail[: len(tail) - len(padding) + len(_PADDING)]
             self.lane_client = _template(client[:cut], tail, *((b"",) if padding else ()))
-        self.lane, self.lane_end, self.lane_text, self.lane_padded = head, end, pieces, bool(padding)
+        self.lane, self.lane_size, self.lane_end, self.lane_text = head, len(head), end, pieces
+        self.lane_padded = bool(padding)
 
     def pass_on(self, chunk: bytes) -> bytes | None:
         """A chunk that adds to the content of the choice of the last chunk read, as that one did (`open_lane`),
@@ -133,7 +135,7 @@ class ChatRelay(StreamRelay):
         lane = self.lane
         if lane is None:
             return None
-        size = len(lane)
+        size = self.lane_size
         if chunk[:size] != lane:
             return None
         spelled = _STRING(chunk, size)  # no line break (`data: [DONE]` could follow it), no quote unescaped but its end
@@ -147,15 +149,16 @@ class ChatRelay(StreamRelay):
                 return None
         elif chunk[end:] != tail:
             return None
+        string = chunk[size:end]
         text = self.lane_text
-        text += chunk[size:end]  # as `Spelled` keeps it
+        text += string  # as `Spelled` keeps it
         text += b'","'
         client = self.lane_client
         if client is None:
             return chunk
         if self.lane_padded:
-            return client % (chunk[size:end], chunk[cut:])
-        return client % chunk[size:end]
+            return client % (string, chunk[cut:])
+        return client % string
 
     def offset(self, index: int) -> int:
         """Where this round's text of a choice begins in the client's content: after earlier rounds' text and the

@@ -8,7 +8,7 @@ shapes in responses.py.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,6 +31,12 @@ _KEEPALIVE_FIELDS = ("created_at", "model", "parallel_tool_calls", "tool_choice"
 _NOTHING: tuple[bytes, ...] = ()
 
 
+class RoundNames(Protocol):
+    """What is told each round's response id as the round starts: the id-hiding `send` (shown.py `ShownIds`)."""
+
+    def round(self, response_id: object, relay: object) -> None: ...
+
+
 # First: the mixins' `announce`, `record`, `pass_on` over the defaults.
 class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
     """A Responses stream across rounds: one lifecycle (the first round's `response.created` and
@@ -45,7 +51,7 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
     """
 
     __slots__ = (  # thousands of streams each hold one
-        *("emit", "started", "response_id", "created", "round_ids", "earlier", "base", "opened", "released"),
+        *("emit", "started", "response_id", "created", "names", "earlier", "base", "opened", "released"),
         *("items", "shown", "recorded", "rounds", "announced", "annotated", "reasoned", "waiting", "waiting_items"),
         *("holding", "held", "terminal", "done", "parts", "texts"),  # and `TextLane`'s own
     )
@@ -55,7 +61,7 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         self.started = False  # the client has a `response.created`
         self.response_id: Any = None  # the id the client's lifecycle carries
         self.created: dict[str, Any] = {}  # what a keep-alive repeats of the client's `response.created`
-        self.round_ids: list[str] = []  # every round's response id, as its lifecycle events name it (shown.py)
+        self.names: RoundNames | None = None  # told every round's response id, as its lifecycle events name it
         self.earlier: list[Any] = []  # the items earlier rounds sent, whole
         self.base = 0  # the client's output_index of this round's first item
         self.opened: set[str] = set()  # the lifecycle events the client has
@@ -179,11 +185,11 @@ class ResponsesRelay(SearchRecords, TextChecks, TextLane, StreamRelay):
         return out
 
     def name_round(self, payload: dict[str, Any]) -> None:
-        """Note the round's response id from a lifecycle event, before any of its items go out."""
+        """Tell `names` the round's response id from a lifecycle event, before any of its items go out: the id-hiding
+        `send` hides it from then on, told once a round rather than looking again at each event it sends."""
         response = payload.get("response")
-        response_id = response.get("id") if isinstance(response, dict) else None
-        if isinstance(response_id, str) and response_id and response_id not in self.round_ids:
-            self.round_ids.append(response_id)
+        if self.names is not None and isinstance(response, dict):
+            self.names.round(response.get("id"), self)
 
     def sent_items(self) -> list[Any]:
         """This round's items that went out, as the client has them."""
