@@ -81,37 +81,35 @@ async def test_an_upstream_redirect_comes_back_unfollowed_and_no_key_leaves_for_
 PROXIED = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"via":"p"}'
 
 
+async def via(upstream_url: str, monkeypatch: pytest.MonkeyPatch, no_proxy: str | None = None) -> str:
+    """Who answered a call forwarded to `upstream_url` (`p`: the proxy the environment names), `no_proxy` set."""
+    if no_proxy is not None:
+        monkeypatch.setenv("no_proxy", no_proxy)
+    async with forwarding(f"{upstream_url}/v1") as client:
+        return str((await client.post("/v1/chat/completions", json={"model": "m", "messages": []})).json()["via"])
+
+
 async def test_the_proxy_the_environment_names_is_used_and_no_proxy_bypasses_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     lines: list[bytes] = []
     async with raw_upstream(PROXIED, lines) as proxy_url, serving(recording([], JSONResponse({"via": "direct"}))) as up:
         monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
-        async with forwarding(f"{up}/v1") as client:
-            proxied = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
-        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-        async with forwarding(f"{up}/v1") as client:
-            direct = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
-    assert proxied.json() == {"via": "p"}
+        proxied = await via(up, monkeypatch)
+        direct = await via(up, monkeypatch, "127.0.0.1")
+    assert proxied == "p"
     assert lines == [f"POST {up}/v1/chat/completions HTTP/1.1".encode()]  # the absolute form a proxy gets
-    assert direct.json() == {"via": "direct"}
+    assert direct == "direct"
 
 
 @pytest.mark.parametrize("listed", ["10.0.0.0/8, 127.0.0.0/8", "127.0.0.1/32", "::1/128,127.0.0.0/24"])
 async def test_an_ip_network_in_no_proxy_bypasses_the_proxy(monkeypatch: pytest.MonkeyPatch, listed: str) -> None:
     """`NO_PROXY=10.0.0.0/8`, as curl and Go read it and Kubernetes clusters write it: an upstream at an address of
     a listed network goes direct (the standard library reads no networks); one outside them goes through the proxy."""
-    lines: list[bytes] = []
-    async with raw_upstream(PROXIED, lines) as proxy_url, serving(recording([], JSONResponse({"via": "direct"}))) as up:
+    async with raw_upstream(PROXIED, []) as proxy_url, serving(recording([], JSONResponse({"via": "direct"}))) as up:
         monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
-        monkeypatch.setenv("no_proxy", listed)
-        async with forwarding(f"{up}/v1") as client:
-            direct = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
-        monkeypatch.setenv("no_proxy", "10.0.0.0/8,::1/128")
-        async with forwarding(f"{up}/v1") as client:
-            proxied = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
-    assert direct.json() == {"via": "direct"}
-    assert proxied.json() == {"via": "p"}
+        assert await via(up, monkeypatch, listed) == "direct"
+        assert await via(up, monkeypatch, "10.0.0.0/8,::1/128") == "p"
 
 
 @pytest.fixture(scope="module")
