@@ -35,7 +35,7 @@ from .guardrail_extras import extra_slots
 from .guardrail_texts import TOOL_OUTPUTS
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
-from .guardrail_values import is_file_image
+from .guardrail_values import is_file_image, is_url
 from .guardrail_walk import KeyOf, check_depth, refuse_merged_keys, rename_keys
 from .surfaces.responses import input_items
 
@@ -182,7 +182,8 @@ def _images(data: dict[str, Any], api_surface: str, skip_tool: bool) -> Iterator
     if api_surface == "responses":
         items = data.get("input")
         for item in items if isinstance(items, list) else ():
-            if not isinstance(item, dict) or (skip_tool and _role(item, api_surface) == "tool"):
+            skipped = skip_tool and _role(item, api_surface) == "tool" and "content" not in item
+            if not isinstance(item, dict) or skipped:
                 continue
             kind = item.get("type")
             if kind in (None, "message"):
@@ -204,6 +205,8 @@ def _images(data: dict[str, Any], api_surface: str, skip_tool: bool) -> Iterator
     for message in messages if isinstance(messages, list) else ():
         if isinstance(message, dict) and not (skip_tool and _role(message, api_surface) == "tool"):
             yield from _part_images(message.get("content"), skip_tool and api_surface == "anthropic_messages")
+            if api_surface == "chat_completions":  # LiteLLM's generated images on an assistant message
+                yield from _part_images(message.get("images"), False)
 
 
 def _part_images(content: Any, skip_tool: bool) -> Iterator[str]:
@@ -227,6 +230,7 @@ def _part_images(content: Any, skip_tool: bool) -> Iterator[str]:
             for data_ in (part.get("file_data"), file.get("file_data") if isinstance(file, dict) else file):
                 if isinstance(data_, str) and is_file_image(data_):
                     yield data_
+            yield from _referenced_images(part, file if isinstance(file, dict) else {})
         elif kind in ("tool_result", "mcp_tool_result") and not skip_tool:
             yield from _part_images(part.get("content"), False)
         elif kind == "document" and isinstance(source := part.get("source"), dict) and source.get("type") == "content":
@@ -242,3 +246,22 @@ def _as_blocks(contents: list[Any]) -> list[Any]:
         elif isinstance(content, list):
             blocks.extend(content)
     return blocks
+
+
+_IMAGE_ENDINGS = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".heic", ".heif")
+
+
+def _referenced_images(part: dict[str, Any], file: dict[str, Any]) -> Iterator[str]:
+    """A file's reference that is a URL of an image (a hint of an image type, or a path ending as an image's does,
+    as LiteLLM guesses a file's type for Gemini): the model sees it as an image, so it is given among them."""
+    hint = next((h for h in (*map(file.get, _HINTS), *map(part.get, _HINTS)) if isinstance(h, str)), "")
+    for holder in (file, part):
+        for key in ("file_id", "file_url"):
+            url = holder.get(key)
+            if isinstance(url, str) and is_url(url):
+                path = url.split("?", 1)[0].lower()
+                if hint.lower().startswith("image/") or path.endswith(_IMAGE_ENDINGS):
+                    yield url
+
+
+_HINTS = ("format", "mime_type", "content_type")

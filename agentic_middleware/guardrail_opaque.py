@@ -35,6 +35,7 @@ from .guardrail_values import (
     is_pdf_type,
     is_plain_text_type,
     is_token,
+    is_url,
     never,
 )
 from .guardrail_walk import (
@@ -103,17 +104,21 @@ def _no_text_base64(value: str, what: str) -> None:
 def _embedded(value: str, what: str) -> bool:
     """Whether `value` (a URL or a file's reference) is a data URL (checked then as a `file_data` is); a `data:`
     after its start is refused: LiteLLM cuts such a string at its first `data:` and hands on what follows as inline
-    data, which a guardrail given the whole string in base64 could not judge."""
+    data, which a guardrail given the whole string in base64 could not judge. One that starts `http` (as LiteLLM
+    tests it, in that case) it fetches instead, whatever its path holds (`.../metadata:thumb/cat.png`)."""
     at = value.lower().find("data:")
-    if at > 0:
+    if at > 0 and not value.startswith("http"):
         raise unreadable(f"{what} that holds a data URL after its start")
     return at == 0
 
 
 def _file_id(value: str) -> bool:
-    """A file's id: a data URL there is a `file_data` (LiteLLM prefers it to the data); any other is left to
-    `rest_slots`, which gives one that is no token (`file_id` is an id it checks: `fixed`), so it is given once."""
-    return _file_data(value) if _embedded(value, "a file_id") else True
+    """A file's id: a data URL there is a `file_data` (LiteLLM prefers it to the data); a URL is words, given as a
+    `file_url` is (and an image's among the `images`); any other is left to `rest_slots`, which gives one that is
+    no token (`file_id` is an id it checks: `fixed`), so it is given once."""
+    if _embedded(value, "a file_id"):
+        return _file_data(value)
+    return not is_url(value)
 
 
 def _image_source_type(value: str) -> bool:
@@ -185,6 +190,10 @@ MEDIA_PARTS = frozenset(MEDIA)
 # The fields LiteLLM takes a media part's type from (the first it finds, at the part's level or its inner object's)
 # and hands on as its media's type, over the type a data URL declares (`_check_type_hints`).
 _TYPE_HINTS = ("format", "mime_type", "content_type")
+# The fields whose strings a provider decodes by such a hint: bytes (`_INLINE`), or a URL or reference.
+_INLINE = frozenset(("file_data", "file", "data"))
+_IMAGE_FIELDS = frozenset(("url", "image_url"))  # bare base64 there is an image's bytes to LiteLLM
+_DECODED = ("file_data", "file", "data", "url", "image_url", "file_id", "file_url")
 # A document's source by its type: a base64 one's bytes (a PDF's) and media type; a `text` source's media type
 # (its `data` is its words, read); a URL's or a file's (no bytes, and no media type in the API); a `content`
 # source's (its blocks, read): bytes there are made up, and given.
@@ -224,16 +233,33 @@ def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
 
 
 def _check_type_hints(holders: list[dict[str, Any]]) -> None:
-    """Refuses a media type hint (`_TYPE_HINTS`) but a media's (`is_media_hint`), whatever the part holds: LiteLLM
-    hands the hint on as its media's type, so a PDF's or a WAV's bytes of ASCII words hinted `text/plain` reach a
-    provider (Gemini) as a text the model reads, where the walk left them out as a PDF or audio, and so would
-    URL-safe base64, a file's id or a URL (Bedrock decodes any string holding `base64` and a comma as base64)."""
-    for holder in holders:
-        for key in _TYPE_HINTS:
-            hint = holder.get(key)
-            if hint is not None and not (isinstance(hint, str) and is_media_hint(hint)):
-                named = hint if isinstance(hint, str) else type(hint).__name__
-                raise unreadable(f"a media part whose {key} is {named or 'empty'}")
+    """Refuses a media type hint (`_TYPE_HINTS`) but a media's (`is_media_hint`) where a provider would decode what
+    the part holds by it: LiteLLM hands the hint on as the media's type, so a PDF's or a WAV's bytes of ASCII words
+    hinted `text/plain` reach a provider (Gemini) as a text the model reads, where the walk left them out as a PDF
+    or audio, and so would URL-safe base64 or a reference holding `base64` (Bedrock decodes any string holding
+    `base64` and a comma as base64) or `data:`. Beside references alone (a `gs://` or `https://` URL, a file's id)
+    a text's hint is the caller's word for what the file holds, which no guardrail reads either way: given."""
+    hints = [(key, hint) for holder in holders for key in _TYPE_HINTS if (hint := holder.get(key)) is not None]
+    if all(isinstance(hint, str) and is_media_hint(hint) for _, hint in hints):
+        return
+    if any(_decodable(holder) for holder in holders):
+        key, hint = next((key, hint) for key, hint in hints if not (isinstance(hint, str) and is_media_hint(hint)))
+        named = hint if isinstance(hint, str) else type(hint).__name__
+        raise unreadable(f"a media part whose {key} is {named or 'empty'}")
+
+
+def _decodable(holder: dict[str, Any]) -> bool:
+    """Whether a media part (or its inner object) holds what a provider decodes by its type hint: bytes (a
+    `file_data`, a `file` or `data` string, an image's URL that is no URL), or a reference (a URL, a file's id)
+    holding `base64` or `data:`."""
+    for key in _DECODED:
+        value = holder.get(key)
+        if not isinstance(value, str) or value == "":
+            continue
+        lowered = value.lower()
+        if key in _INLINE or (key in _IMAGE_FIELDS and not is_url(value)) or "base64" in lowered or "data:" in lowered:
+            return True
+    return False
 
 
 def image_url_slots(holder: dict[str, Any], key: str) -> Iterator[Slot]:

@@ -72,7 +72,7 @@ _OPAQUE_SOURCES = frozenset(("base64", "url", "file"))
 _MESSAGE_READ = {
     "anthropic_messages": read_fields("role", "content"),
     "chat_completions": read_fields(
-        "role", "content", "refusal", "tool_calls", "function_call", "audio", "thinking_blocks"
+        "role", "content", "refusal", "tool_calls", "function_call", "audio", "thinking_blocks", "images"
     ),
     "responses": read_fields("role", "content"),
 }
@@ -154,6 +154,7 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
             yield from chat_call_slots(message)
             yield from audio_slots(message)
             yield from _thinking_blocks_slots(message)
+            yield from _content_slots(message, "images")  # LiteLLM's generated images: parts, read as media
         if not plain(message, read):
             yield from rest_slots(message, read)  # a `name`, a role no API has
 
@@ -205,18 +206,18 @@ def _thinking_blocks_slots(message: dict[str, Any]) -> Iterator[Slot]:
 
 
 def _thinking_slots(part: dict[str, Any], assistant: bool) -> Iterator[Slot]:
-    """A `thinking` or `redacted_thinking` part's words. Its thinking is left out only where the provider signs it
-    and refuses an altered one, so that no mask could be written back: in an `assistant` turn (Messages', or
-    LiteLLM's `thinking_blocks` of a Chat one), a `thinking` block's text with a `signature` of one token, a
-    `redacted_thinking` block's `data` (encrypted by the provider) of one token. Anywhere else (a system prompt, a
-    user turn, a tool's result, a Chat or Responses part, a prompt variable) or with no such signature, no provider
-    checks it and a lenient app may show the model the text: it is given, its mask written in place. Fields made up
-    on the part, or a signature that is no token, are given as on any known part (`rest_slots`)."""
+    """A `thinking` or `redacted_thinking` part's words. A `thinking` block's text is given wherever it stands,
+    signed or not: a signature is no proof here (none can check it but the provider that made it), and LiteLLM
+    replays a signed block unchecked to providers that read it as the model's own reasoning (Mistral's thinking,
+    Gemini's thought parts), so a forged one would reach them unjudged. A mask written into a signed block makes a
+    provider that checks its signature (Anthropic) refuse the turn, as failing closed does. A `redacted_thinking`
+    block's `data`, encrypted by the provider, is left out in an `assistant` turn while it is one token; anywhere
+    else, or when it is not one token, it is given. Fields made up on the part, or a signature that is no token,
+    are given as on any known part (`rest_slots`)."""
     field = _THINKING[part["type"]]
     value = part.get(field)
-    proof = part.get("signature") if field == "thinking" else value
-    signed = assistant and isinstance(value, str) and isinstance(proof, str) and proof != "" and is_token(proof)
-    if not signed:
+    encrypted = field == "data" and assistant and isinstance(value, str) and value != "" and is_token(value)
+    if not encrypted:
         yield from string_slot(part, field)
     read = _THINKING_READ[part["type"]]
     if not plain(part, read):
@@ -333,8 +334,8 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
         if not isinstance(item, dict):
             raise unreadable(f"an input item that is {type(item).__name__}")
         kind, said = _kind(item), role(item, "responses")
-        if (skip_system and said == "system") or (skip_tool and said == "tool"):
-            continue
+        if (skip_system and said == "system") or (skip_tool and said == "tool" and "content" not in item):
+            continue  # a tool's output carrying a `content` is walked: LiteLLM makes that a message of its own
         if kind == "message" or (kind is None and "role" in item):
             yield from _content_slots(item, "content")
             if not plain(item, _MESSAGE_READ["responses"]):

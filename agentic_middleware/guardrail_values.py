@@ -149,7 +149,8 @@ _AUDIO_HEADS: dict[str, Callable[[bytes], bool]] = {
     **dict.fromkeys(("audio/mp4", "audio/m4a", "audio/x-m4a"), lambda head: head[4:8] == b"ftyp"),
 }
 _AUDIO_TYPES = frozenset(_AUDIO_HEADS)
-_HINTED = _IMAGE_DATA_TYPES | _AUDIO_TYPES | {"application/pdf"}  # a media hint's types but a video's
+# A media hint's types but a video's: those above, HEIF images, and raw PCM audio (Gemini's `audio/pcm`).
+_HINTED = _IMAGE_DATA_TYPES | _AUDIO_TYPES | {"application/pdf", "image/heic", "image/heif", "audio/pcm"}
 
 
 def _whole(text: str, start: int) -> bool:
@@ -223,11 +224,27 @@ def _audio_of(media: str) -> Callable[[str, int], bool]:
     return lambda text, start: _AUDIO_HEADS[media](_head(text, start))
 
 
+# HEIF images (HEIC, an iPhone's photos) and MP4, QuickTime and WebM videos, which Gemini takes inline: an ISO
+# media file's `ftyp` box at byte 4 (a HEIF's brand one of its own), a WebM's EBML head.
+_HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")
+_MEDIA_HEADS: dict[str, Callable[[bytes], bool]] = {
+    **dict.fromkeys(("image/heic", "image/heif"), lambda head: head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS),
+    **dict.fromkeys(("video/mp4", "video/quicktime"), lambda head: head[4:8] == b"ftyp"),
+    "video/webm": lambda head: head.startswith(b"\x1a\x45\xdf\xa3"),
+}
+
+
+def _media_of(media: str) -> Callable[[str, int], bool]:
+    """A `file_data`'s HEIF image or video of the media type it declares: its bytes open as that type's do."""
+    return lambda text, start: _MEDIA_HEADS[media](_head(text, start))
+
+
 # How the bytes of each known type are told from words (the alphabet and length checked first).
 _BYTES_OF: dict[str, Callable[[str, int], bool]] = {
     "application/pdf": _pdf,
     **dict.fromkeys(_IMAGE_DATA_TYPES, _opens_as_image),
     **{media: _audio_of(media) for media in _AUDIO_TYPES},
+    **{media: _media_of(media) for media in _MEDIA_HEADS},
 }
 
 
@@ -263,7 +280,8 @@ def is_file_data(value: str) -> bool:
 def is_file_image(value: str) -> bool:
     """A `file_data` that is an image (`data:image/png;base64,...` whose bytes are a PNG's), which LiteLLM gives
     the model as an image: left out of the texts (`is_file_data`), so given among the `images`."""
-    return file_data_type(value) in _IMAGE_DATA_TYPES and is_file_data(value)
+    declared = file_data_type(value)
+    return (declared in _IMAGE_DATA_TYPES or declared in ("image/heic", "image/heif")) and is_file_data(value)
 
 
 def is_byte_type(value: str) -> bool:
@@ -294,6 +312,11 @@ def is_pdf_type(value: str) -> bool:
 def is_plain_text_type(value: str) -> bool:
     """A text document source's `media_type`: Anthropic's `text/plain`."""
     return value == "text/plain"
+
+
+def is_url(value: str) -> bool:
+    """A URL of any scheme, one token of printable ASCII (`https://...`, `gs://...`)."""
+    return _URL.fullmatch(value) is not None
 
 
 def is_image_or_url(value: str) -> bool:

@@ -22,11 +22,12 @@ client made up) is given as a field no reader names is.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import RequestRefused
-from .guardrail_values import CHECKED, HARMLESS, fixed, is_image
+from .guardrail_values import CHECKED, HARMLESS, file_data_type, fixed, is_byte_type, is_image
 
 Slot = tuple[Any, Any]  # (container, key): where one text stands
 
@@ -101,6 +102,23 @@ FREE_FORM = frozenset(("input", "arguments", "attributes", "env", "input_schema"
 
 def unreadable(what: str) -> RequestRefused:
     return RequestRefused(f"the request holds {what}: the guardrails cannot read it")
+
+
+_DATA_URL_START = re.compile(r"\s*data:", re.IGNORECASE)
+
+
+def given(value: str) -> bool:
+    """Whether a string found where no reader names media (a made-up field, a block, part or item no reader knows,
+    a record's fields) may be given as words: not a data URL of base64 of a text's type, or of none, which an app
+    that reads media wherever it finds it (LiteLLM's bridges turn such items into messages) hands a provider to
+    decode for the model, and which no guardrail can judge as base64: refused, as in a media field. A data URL of
+    an image, a PDF or audio is given (its base64 is no words to the model either)."""
+    if _DATA_URL_START.match(value) is None:
+        return True
+    declared = file_data_type(value.lstrip())
+    if declared is not None and not is_byte_type(declared):
+        raise unreadable(f"a data URL of {declared or 'no media type'} in base64 where no reader reads media")
+    return True
 
 
 def check_depth(value: Any) -> None:
@@ -228,7 +246,7 @@ def strings(
         raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
         for index, inner in enumerate(value):
-            if isinstance(inner, str):
+            if isinstance(inner, str) and given(inner):
                 yield value, index
             else:
                 yield from strings(inner, skipped, depth + 1, own, named)
@@ -239,10 +257,10 @@ def strings(
     for key, inner in list(value.items()):
         if own and (key in skipped or (key in CHECKED and fixed(key, inner))):
             continue
-        if isinstance(inner, str):
+        if isinstance(inner, str) and given(inner):
             yield value, key
-        elif key in FREE_FORM:
-            yield from every_string(inner, depth + 1)
+        elif key in FREE_FORM:  # a tool's own input: what it was called with, no media an app reads
+            yield from every_string(inner, depth + 1, media=False)
         else:
             yield from strings(inner, skipped, depth + 1, False, named)
         if named is not None and key not in named:
@@ -278,7 +296,7 @@ def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
     for key, inner in holder.items():
         if key in read and (key not in CHECKED or fixed(key, inner)):
             continue
-        if isinstance(inner, str):
+        if isinstance(inner, str) and given(inner):
             yield holder, key
         elif isinstance(inner, dict | list):
             yield from every_string(inner, 1, API_FIELDS)
@@ -292,7 +310,7 @@ def image_slots(holder: dict[str, Any], key: str, named: frozenset[str] | None =
     other keys of such an object too (`strings`)."""
     value = holder.get(key)
     if isinstance(value, str):
-        if not is_image(value):
+        if not is_image(value) and given(value):
             yield holder, key
         return
     for slot in strings(value, depth=1, named=named):
@@ -300,19 +318,21 @@ def image_slots(holder: dict[str, Any], key: str, named: frozenset[str] | None =
             yield slot
 
 
-def every_string(value: Any, depth: int = 0, named: frozenset[str] = frozenset()) -> Iterator[Slot]:
+def every_string(value: Any, depth: int = 0, named: frozenset[str] = frozenset(), media: bool = True) -> Iterator[Slot]:
     """Every key and every string in a JSON value, at any depth, but the keys `named` (the API's own names, for
     `rest_slots`): a key's slot after its value's slots, so that a value is written back before its key is
-    renamed."""
+    renamed. Where an app may read media (`media`: all but a tool's own input), a data URL of a text is refused
+    (`given`)."""
     if depth > MAX_DEPTH:
         raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     keys = KeyOf(value) if isinstance(value, dict) else None
     for key, inner in list(items):
         if isinstance(inner, str):
-            yield value, key
+            if not media or given(inner):
+                yield value, key
         else:
-            yield from every_string(inner, depth + 1, named)
+            yield from every_string(inner, depth + 1, named, media)
         if keys is not None and key not in named:
             yield keys, key
 
@@ -325,7 +345,7 @@ def unknown_slots(block: dict[str, Any]) -> Iterator[Slot]:
     for key, inner in list(block.items()):
         if key in HARMLESS and key != "type" and fixed(key, inner):
             continue
-        if isinstance(inner, str):
+        if isinstance(inner, str) and given(inner):
             yield block, key
         else:
             yield from every_string(inner, 1)

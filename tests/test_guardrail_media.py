@@ -234,6 +234,17 @@ NOT_BYTES: dict[str, tuple[str, dict[str, Any]]] = {
             {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": WORDS, "format": "wav"}}]}
         ),
     ),
+    "chat: an image URL's format of a word": (
+        "/v1/chat/completions",
+        chat_body(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "https://a.test/a.png", "format": f"image/{WORD}"}}
+                ],
+            }
+        ),
+    ),
     "chat: an input_audio's format of a word": (
         "/v1/chat/completions",
         chat_body(
@@ -432,18 +443,6 @@ TEXT_BASE64 |= {
         "/v1/messages",
         messages_body({"role": "user", "content": [data_image(b64(SAID), "text/plain")]}),
         "an image of text/plain",
-    ),
-    "chat: an image URL's format of a word": (
-        "/v1/chat/completions",
-        chat_body(
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": "https://a.test/a.png", "format": f"image/{WORD}"}}
-                ],
-            }
-        ),
-        f"a media part whose format is image/{WORD}",
     ),
     "messages: an image's media_type of words": (
         "/v1/messages",

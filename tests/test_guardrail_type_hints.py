@@ -36,6 +36,7 @@ WORDY_PDF = b64(b"%PDF-1.4\n" + SAID.encode() + b"\n%%EOF\n")
 WORDY_WAV = b64(b"RIFF\x24\x00\x00\x00WAVE" + SAID.encode())
 TEXT = b64(SAID.encode())
 PNG_URL = f"data:image/png;base64,{media_kit.PNG}"
+_TEXT_URL = f"data:text/plain;base64,{TEXT}"
 URL = f"https://files.test/the-{WORD}.pdf"
 PDF_URL = f"data:application/pdf;base64,{media_kit.PDF}"
 WORDY_PDF_URL = f"data:application/pdf;base64,{WORDY_PDF}"
@@ -110,13 +111,24 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
         responses({"type": "input_file", "file_id": WORDY_PDF_URL, "mime_type": "text/markdown"}),
         "a media part whose mime_type is text/markdown",
     ),
-    "chat: a file's id hinted text/plain": (
+    "chat: a file's id holding base64, hinted text/plain (Bedrock decodes it)": (
         "/v1/chat/completions",
-        chat({"type": "file", "file": {"file_id": "file-abc", "format": "text/plain"}}),
+        chat({"type": "file", "file": {"file_id": f"x;base64,{TEXT}", "format": "text/plain"}}),
         "a media part whose format is text/plain",
     ),
+    "chat: an assistant's generated image of text": (
+        "/v1/chat/completions",
+        chat_body(
+            {"role": "assistant", "content": "here", "images": [{"type": "image_url", "image_url": {"url": _TEXT_URL}}]}
+        ),
+        "an image URL of text/plain in base64",
+    ),
+    "responses: a data URL of text in an item no reader knows": (
+        "/v1/responses",
+        responses_body({"type": "item_reference", "id": "x", "content": [{"type": "input_text", "text": _TEXT_URL}]}),
+        "a data URL of text/plain in base64 where no reader reads media",
+    ),
 }
-_TEXT_URL = f"data:text/plain;base64,{TEXT}"
 ELSEWHERE: dict[str, tuple[str, dict[str, Any], str]] = {
     "chat: a file that is a string": (
         "/v1/chat/completions",
@@ -186,6 +198,7 @@ async def test_bytes_a_provider_reads_as_a_text_are_refused_in_the_routes_shape(
 
 
 WEBM = b64(b"\x1a\x45\xdf\xa3" + bytes(48))
+MP4 = b64(b"\x00\x00\x00\x18ftypmp42" + bytes(40))
 PLAIN = chat(
     {"type": "image_url", "image_url": {"url": PNG_URL, "format": "image/png"}},
     {"type": "image_url", "url": PNG_URL},
@@ -195,6 +208,10 @@ PLAIN = chat(
     {"type": "file", "file": {"file_id": "file-abc", "format": "video/mp4"}},
     {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{media_kit.JPEG}", "format": "image/jpg"}},
     {"type": "image_url", "image_url": {"url": PNG_URL, "format": "IMAGE/PNG"}},
+    {"type": "image_url", "image_url": {"url": "gs://b/cat.heic", "format": "image/heic"}},
+    {"type": "file", "file": {"file_data": f"data:video/mp4;base64,{MP4}"}},
+    {"type": "image_url", "image_url": {"url": "https://a.test/metadata:thumb/cat.png"}},
+    {"type": "file", "file": {"file_id": "gs://b/notes.txt", "format": "text/plain"}},
 )
 
 
@@ -207,7 +224,7 @@ async def test_known_hints_and_bytes_elsewhere_are_left_out_and_reach_the_app_un
     async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
         got = await http.post("/v1/chat/completions", json=PLAIN)
     assert got.status_code == 200, got.text
-    assert guard.texts == ["hi"]
+    assert guard.texts == ["hi", "gs://b/notes.txt", "text/plain"]  # a text's hint beside a reference: words
     assert model.requests[0].body["messages"] == PLAIN["messages"]
 
 
@@ -244,3 +261,35 @@ async def test_a_file_id_and_a_document_url_of_words_are_given_once() -> None:
     assert await given_texts("/v1/chat/completions", chat_body_) == ["hi", URL, f"the {WORD} file"]
     assert await given_texts("/v1/responses", responses_body_) == ["hi", f"the {WORD} file"]
     assert await given_texts("/v1/messages", messages_body_) == ["hi", URL, f"the {WORD} file"]
+
+
+async def test_a_tool_output_carrying_content_is_judged_when_tool_texts_are_skipped() -> None:
+    """With `skip_tool_message_in_guardrail` a tool's output is left out, but one carrying a `content` (no field of
+    a shell's or patch's output) is walked: LiteLLM's bridge makes that content a message of its own (seventh
+    review, G9)."""
+    body = responses_body(
+        {"type": "shell_call_output", "call_id": "c1", "output": [], "content": [{"type": "input_text", "text": SAID}]}
+    )
+    guard = Given("given", "pre_call")
+    guard.skip_tool_message_in_guardrail = True
+    model = ScriptedModel(default=ANSWERS["/v1/responses"]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post("/v1/responses", json=body)
+    assert got.status_code == 200, got.text
+    assert SAID in guard.texts
+
+
+async def test_an_image_a_file_references_by_url_is_given_among_the_images() -> None:
+    """A file whose `file_id` or `file_url` is an image's URL (by its hint or its path), which Gemini shows the model
+    as an image: given among the `images`, and the `file_id` URL as a text, as a `file_url` is (G4)."""
+    cat = "https://img.test/cat.png"
+    body = chat(
+        {"type": "file", "file": {"file_id": cat}}, {"type": "file", "file": {"file_url": URL, "format": "image/png"}}
+    )
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=ANSWERS["/v1/chat/completions"]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post("/v1/chat/completions", json=body)
+    assert got.status_code == 200, got.text
+    assert guard.images == [[cat, URL]]
+    assert guard.texts == ["hi", cat, URL]

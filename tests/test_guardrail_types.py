@@ -305,10 +305,11 @@ SIGNED_HISTORY = {
 }
 
 
-async def test_signed_thinking_in_an_assistant_turn_is_not_given_and_reaches_the_app_as_sent() -> None:
-    """Thinking where its provider signs it (an assistant turn, a signature of one token) is no text: a mask there
-    would make the provider refuse the turn. It is not given, and reaches the app in the client's very bytes; when
-    a guardrail masks a word elsewhere, the thinking blocks are still written as they were sent."""
+async def test_signed_thinking_is_given_and_reaches_the_app_as_sent_unless_masked() -> None:
+    """Thinking where its provider signs it (an assistant turn, a signature of one token) is given: no one here can
+    check a signature, and LiteLLM replays a forged one unchecked to providers that read it as the model's own
+    reasoning (seventh review, G2). Unmasked, it reaches the app in the client's very bytes; a word masked in it is
+    written where it was (a provider that checks its signature then refuses the turn, as failing closed does)."""
     body_bytes = orjson.dumps(SIGNED_HISTORY)
     guard = Given("given", "pre_call")
     model = ScriptedModel(default=message("ok"))
@@ -317,23 +318,26 @@ async def test_signed_thinking_in_an_assistant_turn_is_not_given_and_reaches_the
     assert got.status_code == 200, got.text
     assert guard.texts == [
         "Fix the failing test.",
+        "The user wants the test fixed. Let me read it: it's in tests/.",
         "I'll read the test first.",
         "def test(): ...",
+        "The assertion compares 1 with 2; the fix is one line.",
         "Found it.",
         "Go ahead.",
     ]
     assert model.requests[0].raw == body_bytes
 
     said = copy.deepcopy(SIGNED_HISTORY)
-    said["messages"][-1]["content"][0]["text"] = SAID
+    thinking = said["messages"][-2]["content"][0]
+    thinking["thinking"] = SAID
     sent = await masked_request("/v1/messages", said)
-    assert orjson.dumps(sent["messages"][:-1]) == orjson.dumps(SIGNED_HISTORY["messages"][:-1])
-    assert sent["messages"][-1]["content"][0]["text"] == "the masked is here"
+    assert sent["messages"][-2]["content"][0] == thinking | {"thinking": "the masked is here"}
 
 
-async def test_litellms_signed_thinking_blocks_of_a_chat_assistant_are_not_given() -> None:
-    """LiteLLM carries Anthropic's thinking blocks on a Chat assistant message (`thinking_blocks`) and sends them
-    back to the provider signed: they are no text there, and reach the app as sent."""
+async def test_litellms_signed_thinking_blocks_of_a_chat_assistant_are_given_but_redacted_data() -> None:
+    """LiteLLM carries Anthropic's thinking blocks on a Chat assistant message (`thinking_blocks`) and replays them
+    to the provider: the thinking is given, a redacted block's encrypted data (one token) is not; both reach the app
+    as sent."""
     blocks = [
         {"type": "thinking", "thinking": "Let me think this through.", "signature": SIGNATURE},
         {"type": "redacted_thinking", "data": REDACTED},
@@ -344,7 +348,7 @@ async def test_litellms_signed_thinking_blocks_of_a_chat_assistant_are_not_given
     async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
         got = await http.post("/v1/chat/completions", json=body)
     assert got.status_code == 200, got.text
-    assert guard.texts == ["hi", "x", "go"]
+    assert guard.texts == ["hi", "x", "Let me think this through.", "go"]
     assert model.requests[0].body["messages"] == body["messages"]
 
 
