@@ -206,7 +206,9 @@ def _images(data: dict[str, Any], api_surface: str, skip_tool: bool) -> Iterator
         if isinstance(message, dict) and not (skip_tool and _role(message, api_surface) == "tool"):
             yield from _part_images(message.get("content"), skip_tool and api_surface == "anthropic_messages")
             if api_surface == "chat_completions":  # LiteLLM's generated images on an assistant message
-                yield from _part_images(message.get("images"), False)
+                images = message.get("images")
+                for image in images if isinstance(images, list) else ():  # each an image, whatever type it names
+                    yield from _part_images([{**image, "type": "image_url"}] if isinstance(image, dict) else (), False)
 
 
 def _part_images(content: Any, skip_tool: bool) -> Iterator[str]:

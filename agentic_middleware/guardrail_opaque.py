@@ -118,7 +118,7 @@ def _file_id(value: str) -> bool:
     no token (`file_id` is an id it checks: `fixed`), so it is given once."""
     if _embedded(value, "a file_id"):
         return _file_data(value)
-    return not is_url(value)
+    return not (is_url(value) and is_token(value))  # one that is no token `rest_slots` gives
 
 
 def _image_source_type(value: str) -> bool:
@@ -190,6 +190,7 @@ MEDIA_PARTS = frozenset(MEDIA)
 # The fields LiteLLM takes a media part's type from (the first it finds, at the part's level or its inner object's)
 # and hands on as its media's type, over the type a data URL declares (`_check_type_hints`).
 _TYPE_HINTS = ("format", "mime_type", "content_type")
+_HINT_HOLDERS = ("source", "image_url", "url", "file", "input_audio")  # the objects of a part that hold them
 # The fields whose strings a provider decodes by such a hint: bytes (`_INLINE`), or a URL or reference.
 _INLINE = frozenset(("file_data", "file", "data"))
 _IMAGE_FIELDS = frozenset(("url", "image_url"))  # bare base64 there is an image's bytes to LiteLLM
@@ -216,7 +217,9 @@ def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
     and a file, Responses' `input_file` and Chat's `file` (its `file_data`; its name and URL are words, given)."""
     media = MEDIA[kind]
     inners = [(key, part.get(key)) for key in media.inners if part.get(key) is not None]
-    holders = [part, *(value for _, value in inners if isinstance(value, dict))]
+    # LiteLLM takes a hint from the part and from its media objects, whatever the part's type (`image_url` on an
+    # `image` part too)
+    holders = [part, *(value for key in _HINT_HOLDERS if isinstance(value := part.get(key), dict))]
     if kind != "input_audio":  # an audio's `format` is checked as the API's words for one (`is_audio_format`)
         _check_type_hints(holders)
     yield from opaque_slots(part, media.outer)

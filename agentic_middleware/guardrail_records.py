@@ -124,6 +124,8 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
             yield from rest_slots(item, _CODE_READ)
         return
     screenshot = item.get("output") if kind == "computer_call_output" else None
+    if isinstance(screenshot, list):  # parts, as LiteLLM reads a tool's output: media no reader here reads
+        raise unreadable("a computer_call_output whose output is a list")
     if isinstance(screenshot, dict):  # a `computer_screenshot`, read as LiteLLM reads one: an image part
         yield from strings(item, RESPONSES_RECORDS[kind] | {"output"}, named=RECORD_FIELDS)
         yield from media_slots(screenshot, "computer_screenshot")

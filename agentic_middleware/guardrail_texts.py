@@ -154,7 +154,7 @@ def slots(data: dict[str, Any], api_surface: str, skip_system: bool, skip_tool: 
             yield from chat_call_slots(message)
             yield from audio_slots(message)
             yield from _thinking_blocks_slots(message)
-            yield from _content_slots(message, "images")  # LiteLLM's generated images: parts, read as media
+            yield from _generated_images(message)
         if not plain(message, read):
             yield from rest_slots(message, read)  # a `name`, a role no API has
 
@@ -183,6 +183,18 @@ def _block_slots(block: dict[str, Any], skip_tool: bool, assistant: bool) -> Ite
         yield from _thinking_slots(block, assistant)
     else:
         yield from part_slots(block)
+
+
+def _generated_images(message: dict[str, Any]) -> Iterator[Slot]:
+    """A Chat message's `images` (LiteLLM's generated images): each read as an `image_url` part, whatever type it
+    names, as LiteLLM reads its `image_url` regardless; anything but a list of objects is refused."""
+    images = message.get("images")
+    if images is None:
+        return
+    if not isinstance(images, list) or not all(isinstance(image, dict) for image in images):
+        raise unreadable("images that are not a list of objects")
+    for image in images:
+        yield from media_slots(image, "image_url")
 
 
 def _thinking_blocks_slots(message: dict[str, Any]) -> Iterator[Slot]:
@@ -334,6 +346,10 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
         if not isinstance(item, dict):
             raise unreadable(f"an input item that is {type(item).__name__}")
         kind, said = _kind(item), role(item, "responses")
+        if kind not in (None, "message", "reasoning") and isinstance(item.get("content"), list):
+            # LiteLLM's bridge makes any item's content list a message of its parts, media and all: only a message's
+            # (and a reasoning's) is read as parts here, so another's is refused, not walked as plain strings
+            raise unreadable(f"a {kind} item holding a content list")
         if (skip_system and said == "system") or (skip_tool and said == "tool" and "content" not in item):
             continue  # a tool's output carrying a `content` is walked: LiteLLM makes that a message of its own
         if kind == "message" or (kind is None and "role" in item):
@@ -359,4 +375,6 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
             if not plain(item, _CALL_READ):
                 yield from rest_slots(item, _CALL_READ)
         else:  # an item of a type no reader knows (or none, and no role): given whole
+            if isinstance(item.get("output"), list):  # a tool's output of parts, as LiteLLM reads one: media unread
+                raise unreadable(f"a {kind} item holding an output list")
             yield from unknown_slots(item)

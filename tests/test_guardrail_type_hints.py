@@ -123,10 +123,38 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
         ),
         "an image URL of text/plain in base64",
     ),
+    "chat: an image part whose image_url object hints text/plain": (
+        "/v1/chat/completions",
+        chat(
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": media_kit.PNG},
+                "image_url": {"format": "text/plain"},
+            }
+        ),
+        "a media part whose format is text/plain",
+    ),
+    "chat: an assistant's generated image of no type, of text": (
+        "/v1/chat/completions",
+        chat_body({"role": "assistant", "content": "here", "images": [{"image_url": {"url": _TEXT_URL}}]}),
+        "an image URL of text/plain in base64",
+    ),
+    "responses: an item no reader knows holding an output list": (
+        "/v1/responses",
+        responses_body({"type": "x_output", "call_id": "c1", "output": [{"type": "input_file", "file_data": PDF_URL}]}),
+        "a x_output item holding an output list",
+    ),
+    "responses: a computer_call_output of a list": (
+        "/v1/responses",
+        responses_body(
+            {"type": "computer_call_output", "call_id": "c1", "output": [{"type": "input_file", "file_data": PDF_URL}]}
+        ),
+        "a computer_call_output whose output is a list",
+    ),
     "responses: a data URL of text in an item no reader knows": (
         "/v1/responses",
         responses_body({"type": "item_reference", "id": "x", "content": [{"type": "input_text", "text": _TEXT_URL}]}),
-        "a data URL of text/plain in base64 where no reader reads media",
+        "a item_reference item holding a content list",
     ),
 }
 ELSEWHERE: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -265,18 +293,22 @@ async def test_a_file_id_and_a_document_url_of_words_are_given_once() -> None:
 
 async def test_a_tool_output_carrying_content_is_judged_when_tool_texts_are_skipped() -> None:
     """With `skip_tool_message_in_guardrail` a tool's output is left out, but one carrying a `content` (no field of
-    a shell's or patch's output) is walked: LiteLLM's bridge makes that content a message of its own (seventh
-    review, G9)."""
-    body = responses_body(
-        {"type": "shell_call_output", "call_id": "c1", "output": [], "content": [{"type": "input_text", "text": SAID}]}
-    )
+    a shell's or patch's output) is not: LiteLLM's bridge makes that content a message of its own (seventh review,
+    G9). A content string is given; a content list (parts, media and all, as LiteLLM reads them) is refused on any
+    item but a message or a reasoning (eighth review, B1)."""
+    item = {"type": "shell_call_output", "call_id": "c1", "output": []}
     guard = Given("given", "pre_call")
     guard.skip_tool_message_in_guardrail = True
     model = ScriptedModel(default=ANSWERS["/v1/responses"]("ok"))
     async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
-        got = await http.post("/v1/responses", json=body)
+        got = await http.post("/v1/responses", json=responses_body(item | {"content": SAID}))
+        listed = await http.post(
+            "/v1/responses", json=responses_body(item | {"content": [{"type": "input_text", "text": SAID}]})
+        )
     assert got.status_code == 200, got.text
     assert SAID in guard.texts
+    said = "the request holds a shell_call_output item holding a content list: the guardrails cannot read it"
+    assert (listed.status_code, listed.json()["error"]["message"]) == (400, said)
 
 
 async def test_an_image_a_file_references_by_url_is_given_among_the_images() -> None:
