@@ -89,29 +89,28 @@ async def test_an_answer_far_over_the_bound_is_refused_before_its_line_ends_and_
     assert gone(int(pid))
 
 
-@pytest.mark.parametrize("id_at", ["tail", "middle", "none"])
-async def test_an_answer_over_the_bound_with_its_id_last_or_nowhere(
+@pytest.mark.parametrize("id_at", ["tail", "middle", "kotlin", "sorted", "none"])
+async def test_an_answer_over_the_bound_with_its_id_anywhere_among_its_first_or_last_members_or_nowhere(
     tmp_path: Path, id_at: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A line over the bound with its id last, as the TypeScript SDK's servers write it, answers its call though
-    another call is in flight (sent while the line was half written). With no id where one is looked for, the line
-    answers the one call in flight; with two in flight it answers none and is passed over (logged), and each call
-    reads what the server says next. The session goes on in every case. In every case the line is not kept: what
-    the gateway allocates while it is read (20 MB) stays within a few times the bound."""
+    """A line over the bound answers its call though another call is in flight (sent while the line was half
+    written), wherever its id is among its top-level members before or after its result: last (the TypeScript
+    SDK's order), before a last `jsonrpc`, first with `jsonrpc` last (the Kotlin SDK's), first in sorted keys. With
+    no id, the line answers none and is passed over (logged), and each call reads what the server says next. The
+    session goes on in every case. In every case the line is not kept: what the gateway allocates while it is read
+    (20 MB) stays within a few times the bound."""
     runs = tmp_path / "runs"
     hook = MCPTools([sys.executable, RAW, str(runs)], max_result_bytes=BOUND, timeout=HANG, required=True)
     async with started(hook):
-        alone = id_at == "middle"
         tracemalloc.start()
-        big = asyncio.ensure_future(run(hook, "big", size=20_000_000, id_at=id_at, wait=not alone))
+        big = asyncio.ensure_future(run(hook, "big", size=20_000_000, id_at=id_at))
         await _settled(lambda: _runs(runs) == ["big"])
-        beside = None if alone else asyncio.ensure_future(run(hook, "echo", text="beside"))
+        beside = asyncio.ensure_future(run(hook, "echo", text="beside"))
         if id_at == "none":
             assert await big == ("after an unreadable line", False)
         else:
             assert await big == (f"big failed: its result is {OVER}", True)
-        if beside is not None:
-            assert await beside == ("beside", False)
+        assert await beside == ("beside", False)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert peak < 4 * BOUND, peak
@@ -119,6 +118,39 @@ async def test_an_answer_over_the_bound_with_its_id_last_or_nowhere(
     passed_over = "sent what is not an MCP message, passed over: a line of" in caplog.text
     assert passed_over == (id_at == "none")
     assert "dropped" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "answer"),
+    [
+        ("stray_big", {"size": 3_000_000}, "after a stray line"),
+        ("big", {"size": 3_000_000, "id_at": "none", "wait": False}, "after an unreadable line"),
+    ],
+)
+async def test_a_line_over_the_bound_whose_id_is_not_found_fails_not_the_one_call_in_flight(
+    tmp_path: Path, tool: str, arguments: dict[str, Any], answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stray line over the bound that is not JSON, or an answer whose id is null, while one call is in flight:
+    the line is passed over (logged), not taken for that call's answer, and the call reads its own answer."""
+    hook = MCPTools([sys.executable, RAW, str(tmp_path / "runs")], max_result_bytes=BOUND, timeout=HANG, required=True)
+    async with started(hook):
+        assert await run(hook, tool, **arguments) == (answer, False)
+        assert await run(hook, "echo", text="after") == ("after", False)
+    assert "sent what is not an MCP message, passed over: a line of" in caplog.text
+
+
+@pytest.mark.parametrize("ident", ["007", '"a\tb"', '"\xff"'])
+async def test_a_line_over_the_bound_whose_id_is_malformed_is_passed_over_and_the_session_goes_on(
+    tmp_path: Path, ident: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An id JSON does not allow (leading zeros, a raw tab in a string, a byte that is not UTF-8) is no id: the line
+    is passed over, the call reads the answer that follows, on the same server (the reader did not fail)."""
+    hook = MCPTools([sys.executable, RAW, str(tmp_path / "runs")], max_result_bytes=BOUND, timeout=HANG, required=True)
+    async with started(hook):
+        before, _ = await run(hook, "pid")
+        assert await run(hook, "bad_id", size=3_000_000, id=ident) == ("after a bad id", False)
+        assert await run(hook, "pid") == (before, False)
+    assert "sent what is not an MCP message, passed over: a line of" in caplog.text
 
 
 async def test_a_notification_over_the_bound_is_passed_over_not_taken_for_the_answer_of_the_call_in_flight(

@@ -39,14 +39,50 @@ STOP_WAIT = 2.0  # seconds the server has to exit once its stdin is closed, then
 
 CANCELLED = "notifications/cancelled"
 
-_ID = rb'"id"\s*:\s*(-?\d+|"[^"\\]*")'
-# `{"jsonrpc":"2.0","id":N,"result":...` as the Python SDK's servers write an answer ...
-_HEAD_ID = re.compile(rb'\A\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*' + _ID + rb'\s*,\s*"(?:result|error)"\s*:')
-# ... `{"result":...,"jsonrpc":"2.0","id":N}` as the TypeScript SDK's do (a request from the server starts `{"method"`)
-_ANSWER = re.compile(rb'\A\s*\{\s*"(?:result|error)"\s*:')
-_TAIL_ID = re.compile(rb'"jsonrpc"\s*:\s*"2\.0"\s*,\s*' + _ID + rb"\s*\}\s*\Z")
-# A request or notification of the server's (its method among its first keys): never taken for an answer
-_FROM_SERVER = re.compile(rb'\A\s*\{\s*(?:"(?:jsonrpc|id)"\s*:\s*[^,]*,\s*){0,2}"method"\s*:')
+# A top-level member whose value is a scalar within reach: a string with no escape or control character, an integer
+# as JSON writes it (`007`, `1.5`, `1e3` are none), true, false, null. Anything else (an object, a value cut at the
+# end of what is kept, or one malformed) leaves the member's value unread (None).
+_SCALAR = rb'"[^"\\\x00-\x1f]*"|-?(?:0|[1-9][0-9]*)(?![0-9.eE])|true|false|null'
+_MEMBER = re.compile(rb'\s*"([A-Za-z_]+)"\s*:\s*(' + _SCALAR + rb")?\s*")
+# The last members of a line, scalars all, then the brace that closes it: top-level members, whatever came before
+_LAST = re.compile(rb'(?:,\s*"[A-Za-z_]+"\s*:\s*(?:' + _SCALAR + rb")\s*)+\}\s*\Z")
+_PAIRS = re.compile(rb'"([A-Za-z_]+)"\s*:\s*(' + _SCALAR + rb")")
+
+
+def _head(head: bytes) -> tuple[bool, dict[bytes, bytes]]:
+    """Whether a line's first bytes show an answer, and its members read before its result: its top-level members,
+    in any order, up to the first `"result"` or `"error"` (an answer), each a scalar, none `"method"` (a request or
+    notification of the server's, whose id is not one of ours). Else it is not taken for an answer."""
+    start = head.lstrip()
+    if not start.startswith(b"{"):
+        return False, {}
+    members: dict[bytes, bytes] = {}
+    at = len(head) - len(start) + 1
+    while (member := _MEMBER.match(head, at)) is not None:
+        if member[1] in (b"result", b"error"):
+            return b"method" not in members, members
+        if member[2] is None or head[member.end() : member.end() + 1] != b",":
+            break
+        members[member[1]] = member[2]
+        at = member.end() + 1
+    return False, members
+
+
+def _tail(tail: bytes) -> dict[bytes, bytes]:
+    """A line's last top-level members, after its result (the TypeScript SDK writes `...},"jsonrpc":"2.0","id":N}`,
+    some `...},"id":N,"jsonrpc":"2.0"}`); none if one is `"method"`."""
+    last = _LAST.search(tail)
+    members = dict(_PAIRS.findall(last[0])) if last is not None else {}
+    return {} if b"method" in members else members
+
+
+def _request_id(value: bytes | None) -> mcp_types.RequestId | None:
+    """The id a member's value names, if it is one (a string or an integer); a string that is not UTF-8 is none."""
+    try:
+        ident = orjson.loads(value) if value is not None else None
+    except ValueError:
+        return None
+    return coerce_request_id(ident) if isinstance(ident, int | str) and not isinstance(ident, bool) else None
 
 
 class _Line:
@@ -94,21 +130,15 @@ async def bounded_stdio_client(server: StdioServerParameters, max_result_bytes: 
     written = anyio.Event()
 
     def over(line: _Line, ended: bool) -> SessionMessage | Exception | None:
-        """What to hand the session for a line over the bound: an error answering its call, once its id is known
-        (from its head, at once; else at its end, from its tail, or the one call in flight); else an Exception."""
-        found = _HEAD_ID.match(line.head)
-        if found is None and ended and _ANSWER.match(line.head):
-            found = _TAIL_ID.search(line.tail)
-        if found is not None:
-            call: mcp_types.RequestId | None = coerce_request_id(orjson.loads(found[1]))
-        elif not ended:
-            return None
-        elif _FROM_SERVER.match(line.head):
-            call = None
-        else:  # `subscriptions/listen` (2026) stays in flight all session long: it is never the one
-            calls = [key for key, method in in_flight.items() if method != "subscriptions/listen"]
-            call = calls[0] if len(calls) == 1 else None
-        if call in in_flight:
+        """What to hand the session for a line over the bound: an error answering its call, once the line shows
+        itself an answer and its id is found (at its head, at once; else at its end, among its last members); at
+        its end, else, an Exception (logged and passed over: no call is ever guessed, so a stray line fails none)."""
+        answer, members = _head(line.head)
+        ident = members.get(b"id")
+        if answer and ident is None and ended:
+            ident = _tail(line.tail).get(b"id")
+        call = _request_id(ident) if answer else None
+        if call is not None and call in in_flight:
             line.answered = True
             del in_flight[call]
             error = mcp_types.ErrorData(code=TOO_LARGE, message=f"an answer over {max_result_bytes} bytes")
