@@ -203,3 +203,30 @@ async def test_the_server_is_ended_when_the_task_holding_the_transport_is_cancel
     with pytest.raises(asyncio.CancelledError):
         await task
     assert gone(pids[0])  # ended before the cancellation was done
+
+
+async def test_a_server_that_dies_while_its_child_holds_its_stdout_ends_the_session_and_the_child(
+    tmp_path: Path,
+) -> None:
+    """The server starts a child that inherits its stdout, then exits: the session ends though the pipe stays open
+    (the call in flight reads that the server went, not a timeout), the child is ended, and the next call is served
+    by a new server."""
+    hook = MCPTools([sys.executable, RAW, str(tmp_path / "runs")], timeout=HANG, required=True)
+    async with started(hook):
+        before, _ = await run(hook, "pid")
+        said, _ = await run(hook, "spawn")
+        child = int(said.split("=")[1])
+        content, is_error = await run(hook, "crash")
+        assert is_error and "became unreachable while the call ran" in content, content
+        await _settled(lambda: gone(child))  # ended: it closed the pipe in its exit, a moment before it is gone
+        after, _ = await run(hook, "pid")
+        assert after != before
+    assert gone(int(after.split()[0].split("=")[1]))
+
+
+async def test_the_children_of_a_server_that_exits_at_close_are_ended(tmp_path: Path) -> None:
+    hook = MCPTools([sys.executable, RAW, str(tmp_path / "runs"), "--child"], timeout=HANG, required=True)
+    async with started(hook):
+        said, _ = await run(hook, "pid")
+    pid, child = (int(part.split("=")[1]) for part in said.split())
+    assert gone(pid) and gone(child)

@@ -36,6 +36,8 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObj
 
 EDGE = 256  # bytes kept of each end of a line over the bound: where a server writes its id
 STOP_WAIT = 2.0  # seconds the server has to exit once its stdin is closed, then to die once terminated (the SDK's)
+WATCH_EVERY = 0.1  # seconds between looks at whether the server's own process has exited
+GONE_WAIT = 0.5  # seconds the session waits, once the server exited, for its stdout to close (a child may hold it)
 
 CANCELLED = "notifications/cancelled"
 
@@ -128,6 +130,7 @@ async def bounded_stdio_client(server: StdioServerParameters, max_result_bytes: 
     write_stream, writing = anyio.create_memory_object_stream[SessionMessage](0)
     in_flight: dict[mcp_types.RequestId, str] = {}  # id -> method of each request sent and not yet answered
     written = anyio.Event()
+    stdout_ended = anyio.Event()
 
     def over(line: _Line, ended: bool) -> SessionMessage | Exception | None:
         """What to hand the session for a line over the bound: an error answering its call, once the line shows
@@ -180,7 +183,22 @@ async def bounded_stdio_client(server: StdioServerParameters, max_result_bytes: 
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
             pass  # the session is gone, or our own shutdown closed the pipe; the session sees the stream end
         finally:
+            stdout_ended.set()
             await _drain(process)
+
+    async def watch() -> None:
+        """End the session when the server's own process exits, though its stdout may not close (a child of it
+        holds it open): its group is ended (the server is gone, and its children with it), what it wrote before
+        is read while its stdout closes (`GONE_WAIT` at most, the pipe holds no more than it wrote), and then the
+        session's stream ends, so that the calls in flight read that the server went and the next one reconnects.
+        The exit is seen from `returncode`."""
+        while process.returncode is None:
+            await anyio.sleep(WATCH_EVERY)
+        async with anyio.create_task_group() as ending:
+            ending.start_soon(terminate_posix_process_tree, process, STOP_WAIT)
+            with anyio.move_on_after(GONE_WAIT):
+                await stdout_ended.wait()
+            await reading.aclose()
 
     async def write() -> None:
         assert process.stdin is not None
@@ -204,6 +222,7 @@ async def bounded_stdio_client(server: StdioServerParameters, max_result_bytes: 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(read)
         tasks.start_soon(write)
+        tasks.start_soon(watch)
         try:
             yield read_stream, write_stream
         finally:
@@ -231,13 +250,15 @@ async def _drain(process: Process) -> None:
 
 async def _stop(process: Process) -> None:
     """The spec's shutdown, with the SDK's times: close stdin, give the server `STOP_WAIT` to exit, then terminate
-    its process group (killed `STOP_WAIT` later). The exit is seen from `returncode`, not `wait()`, which on
-    asyncio also waits for the pipes to close, as a child that inherited them may never do."""
+    its process group (killed `STOP_WAIT` later), also when the server exited by itself: what is left of the group
+    is its children, which end with it. The exit is seen from `returncode`, not `wait()`, which on asyncio also
+    waits for the pipes to close, as a child that inherited them may never do."""
     assert process.stdin is not None and process.stdout is not None
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
-    if not await _exited(process):
-        await terminate_posix_process_tree(process, STOP_WAIT)
+    exited = await _exited(process)
+    await terminate_posix_process_tree(process, STOP_WAIT)
+    if not exited:
         await _exited(process)
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdout.aclose()  # one that survived the kill holds the pipe open: the reader stops anyway
