@@ -1,15 +1,16 @@
 """The stdio transport to an MCP server, with each line it reads bounded by `max_result_bytes`.
 
-The SDK's `stdio_client` joins each chunk it reads to the part of the line read so far (`(buffer + chunk).split`),
-a copy of the whole part per chunk, and keeps a line whatever its length: a line of n bytes costs time growing as
-n² in the gateway's event loop, every call on the session waits behind it, and a line over the bound was refused
-only once read whole. Here a line's chunks are kept in a list and only each new chunk is searched for the newline,
-so reading is linear; a line past the bound is kept no further (its first and last `EDGE` bytes only, where its id
-is) and read to its end only to be thrown away, and the call it answers gets a `TOO_LARGE` error, which the session
-reads as over `max_result_bytes`: at once when the id comes first, since nothing more of the line will be read for
-it. The rest is the SDK's, from its public pieces: the process in a session of its
-own (so that its whole tree can be ended), stderr left to the gateway's, messages written as the SDK writes them,
-and its shutdown. POSIX only: on Windows connection.py keeps the SDK's `stdio_client` (a job object holds the tree).
+The SDK's `stdio_client` joins each chunk it reads to the part of the line read so far (`(buffer + chunk).split`), a
+copy of the whole part per chunk, and keeps a line whatever its length: a line of n bytes costs time growing as n²
+in the gateway's event loop, every call on the session waits behind it, and a line over the bound was refused only
+once read whole. Here a line's chunks are kept in a list and only each new chunk is searched for the newline, so
+reading is linear; a line past the bound is kept no further (its first and last `EDGE` bytes only, where its id is)
+and read to its end only to be thrown away, and the call it answers gets a `TOO_LARGE` error, which the session
+reads as over `max_result_bytes`: at once when the id is found before the result, since nothing more of the line
+will be read for it; a line whose id is not found answers no call (never guessed: a stray line would fail
+another's). The rest is the SDK's, from its public pieces: the process in a session of its own (so that its whole
+tree can be ended), stderr left to the gateway's, messages written as the SDK writes them, and its shutdown. POSIX
+only: on Windows connection.py keeps the SDK's `stdio_client` (a job object holds the tree).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ async def bounded_stdio_client(server: StdioServerParameters, max_result_bytes: 
         env=get_default_environment() | (server.env or {}),
         stderr=None,  # inherited: the gateway's stderr (fd 2), as the SDK's default gives, whatever `sys.stderr` is now
         cwd=server.cwd,
-        start_new_session=True,  # its own process group: ended whole at shutdown
+        start_new_session=True,  # its own process group: ended whole at shutdown, and when the server exits
     )
     # No await until the task group is entered, or a cancellation there would leak the process (as in the SDK).
     reading, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
