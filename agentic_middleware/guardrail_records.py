@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .guardrail_opaque import image_url_slots, media_slots
+from .guardrail_opaque import MEDIA_PARTS, image_url_slots, media_slots
 from .guardrail_values import HARMLESS
 from .guardrail_walk import (
     Slot,
@@ -126,9 +126,12 @@ def responses_record_slots(item: dict[str, Any]) -> Iterator[Slot]:
     screenshot = item.get("output") if kind == "computer_call_output" else None
     if isinstance(screenshot, list):  # parts, as LiteLLM reads a tool's output: media no reader here reads
         raise unreadable("a computer_call_output whose output is a list")
-    if isinstance(screenshot, dict):  # a `computer_screenshot`, read as LiteLLM reads one: an image part
+    if isinstance(screenshot, dict):  # a part, read as LiteLLM reads a tool's: a screenshot is an image part
+        shown = screenshot.get("type")
+        if shown not in (None, "computer_screenshot") and not (isinstance(shown, str) and shown in MEDIA_PARTS):
+            raise unreadable(f"a computer_call_output whose output is {shown}")
         yield from strings(item, RESPONSES_RECORDS[kind] | {"output"}, named=RECORD_FIELDS)
-        yield from media_slots(screenshot, "computer_screenshot")
+        yield from media_slots(screenshot, "computer_screenshot" if shown is None else shown)
         return
     image = _IMAGES.get(kind)
     if image is None:

@@ -352,7 +352,7 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
             raise unreadable(f"a {kind} item holding a content list")
         if (skip_system and said == "system") or (skip_tool and said == "tool" and "content" not in item):
             continue  # a tool's output carrying a `content` is walked: LiteLLM makes that a message of its own
-        if kind == "message" or (kind is None and "role" in item):
+        if kind == "message" or (kind is None and ("role" in item or "content" in item)):  # LiteLLM's reading
             yield from _content_slots(item, "content")
             if not plain(item, _MESSAGE_READ["responses"]):
                 yield from rest_slots(item, _MESSAGE_READ["responses"])
@@ -375,6 +375,6 @@ def _responses_slots(data: dict[str, Any], skip_system: bool, skip_tool: bool) -
             if not plain(item, _CALL_READ):
                 yield from rest_slots(item, _CALL_READ)
         else:  # an item of a type no reader knows (or none, and no role): given whole
-            if isinstance(item.get("output"), list):  # a tool's output of parts, as LiteLLM reads one: media unread
-                raise unreadable(f"a {kind} item holding an output list")
+            if isinstance(item.get("output"), list | dict):  # a tool's output of parts, as LiteLLM reads one
+                raise unreadable(f"a {kind} item holding an output of parts")
             yield from unknown_slots(item)

@@ -142,7 +142,28 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
     "responses: an item no reader knows holding an output list": (
         "/v1/responses",
         responses_body({"type": "x_output", "call_id": "c1", "output": [{"type": "input_file", "file_data": PDF_URL}]}),
-        "a x_output item holding an output list",
+        "a x_output item holding an output of parts",
+    ),
+    "responses: an item of no type and no role holding content, read as a message": (
+        "/v1/responses",
+        responses_body({"content": [{"type": "input_image", "image_url": _TEXT_URL}]}),
+        "an image URL of text/plain in base64",
+    ),
+    "responses: a computer_call_output whose output is a file": (
+        "/v1/responses",
+        responses_body(
+            {
+                "type": "computer_call_output",
+                "call_id": "c1",
+                "output": {"type": "input_file", "file_data": f"x {_TEXT_URL}"},
+            }
+        ),
+        "a file_data that holds a data URL after its start",
+    ),
+    "responses: a computer_call_output whose output is of another type": (
+        "/v1/responses",
+        responses_body({"type": "computer_call_output", "call_id": "c1", "output": {"type": "text", "text": SAID}}),
+        "a computer_call_output whose output is text",
     ),
     "responses: a computer_call_output of a list": (
         "/v1/responses",
