@@ -35,7 +35,7 @@ from .guardrail_extras import extra_slots
 from .guardrail_texts import TOOL_OUTPUTS
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
-from .guardrail_values import is_file_image, is_url
+from .guardrail_values import is_file_image, is_token, is_url
 from .guardrail_walk import KeyOf, check_depth, refuse_merged_keys, rename_keys
 from .surfaces.responses import input_items
 
@@ -153,13 +153,18 @@ class GuardrailView:
             *extra_slots(data, self.api_surface),
         ]
         renamed: dict[int, KeyOf] = {}
+        dropped: set[int] = set()
         for (holder, key), text in zip(slots, returned, strict=True):
             if key == "arguments" and isinstance(holder, dict):  # an mcp_approval_request's, JSON as a call's are
                 refuse_merged_keys(holder[key], text)
+            if key == "thinking" and _signed(holder) and holder[key] != text:
+                dropped.add(id(holder))
             holder[key] = text
             if isinstance(holder, KeyOf):
                 renamed[id(holder)] = holder
         rename_keys(renamed.values())  # after every value is written under its key's old name
+        if dropped:
+            _drop_blocks(data, dropped)
 
     def write_tool_calls(self, returned: list[Any]) -> str | None:
         """The tool calls a guardrail returned, each where it came from (on copies); a problem, else None."""
@@ -267,3 +272,26 @@ def _referenced_images(part: dict[str, Any], file: dict[str, Any]) -> Iterator[s
 
 
 _HINTS = ("format", "mime_type", "content_type")
+
+
+def _signed(holder: Any) -> bool:
+    """A `thinking` block with a signature of one token, which its provider refuses altered."""
+    signature = holder.get("signature") if isinstance(holder, dict) and holder.get("type") == "thinking" else None
+    return isinstance(signature, str) and signature != "" and is_token(signature)
+
+
+def _drop_blocks(data: dict[str, Any], dropped: set[int]) -> None:
+    """Signed thinking blocks a guardrail masked, left out of the assistant turns they stood in: Anthropic refuses a
+    signed block altered, on this turn and every later one, and takes a history with an earlier turn's thinking
+    left out (it strips them from the model's context anyway). A message they would leave empty keeps them
+    (refused, then, by a provider that checks them, as failing closed does)."""
+    messages = data.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue  # elsewhere no provider checks a signature: the mask stays written in place
+        for field in ("content", "thinking_blocks"):
+            blocks = message.get(field)
+            if isinstance(blocks, list) and any(id(block) in dropped for block in blocks):
+                kept = [block for block in blocks if id(block) not in dropped]
+                if kept or field == "thinking_blocks":
+                    message[field] = kept

@@ -308,8 +308,9 @@ SIGNED_HISTORY = {
 async def test_signed_thinking_is_given_and_reaches_the_app_as_sent_unless_masked() -> None:
     """Thinking where its provider signs it (an assistant turn, a signature of one token) is given: no one here can
     check a signature, and LiteLLM replays a forged one unchecked to providers that read it as the model's own
-    reasoning (seventh review, G2). Unmasked, it reaches the app in the client's very bytes; a word masked in it is
-    written where it was (a provider that checks its signature then refuses the turn, as failing closed does)."""
+    reasoning (seventh review, G2). Unmasked, it reaches the app in the client's very bytes; a block a guardrail
+    masks is left out of its message, not sent altered: Anthropic refuses a signed block altered, on every later turn
+    too, and takes an earlier turn's thinking left out (eighth review, H1)."""
     body_bytes = orjson.dumps(SIGNED_HISTORY)
     guard = Given("given", "pre_call")
     model = ScriptedModel(default=message("ok"))
@@ -328,10 +329,11 @@ async def test_signed_thinking_is_given_and_reaches_the_app_as_sent_unless_maske
     assert model.requests[0].raw == body_bytes
 
     said = copy.deepcopy(SIGNED_HISTORY)
-    thinking = said["messages"][-2]["content"][0]
-    thinking["thinking"] = SAID
+    blocks = said["messages"][-2]["content"]
+    blocks[1]["thinking"] = SAID
     sent = await masked_request("/v1/messages", said)
-    assert sent["messages"][-2]["content"][0] == thinking | {"thinking": "the masked is here"}
+    assert sent["messages"][-2]["content"] == [blocks[0], blocks[2]]  # left out, not altered
+    assert sent["messages"][:-2] == SIGNED_HISTORY["messages"][:-2]
 
 
 async def test_litellms_signed_thinking_blocks_of_a_chat_assistant_are_given_but_redacted_data() -> None:
