@@ -17,12 +17,16 @@ from typing import Any
 
 import orjson
 
-from .guardrail_walk import Slot, refuse_merged_keys, unreadable
+from .guardrail_walk import Slot, refuse_escaped_words, refuse_merged_keys, unreadable
 
 
 def given_calls(data: dict[str, Any], api_surface: str) -> list[Any]:
-    """The request's tool calls as a guardrail is given them (copies: the client's body is not changed)."""
-    return [_as_tool_call(holder[key], api_surface) for holder, key in _call_slots(data, api_surface)]
+    """The request's tool calls as a guardrail is given them (copies: the client's body is not changed). Arguments
+    spelling letters as JSON escapes are refused (`refuse_escaped_words`): the app decodes them for the model."""
+    calls = [_as_tool_call(holder[key], api_surface) for holder, key in _call_slots(data, api_surface)]
+    for call in calls:
+        refuse_escaped_words(_called_with(call), "a tool call's arguments")
+    return calls
 
 
 def write_calls(data: dict[str, Any], api_surface: str, returned: list[Any], given: list[Any]) -> str | None:

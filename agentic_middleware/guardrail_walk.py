@@ -121,6 +121,19 @@ def given(value: str) -> bool:
     return True
 
 
+# A JSON escape of a letter or a digit (`\u0049` for `I`), after an even run of backslashes: no JSON encoder writes
+# one (they escape quotes, backslashes, control characters, some `<>&'` for HTML), but it hides the word it spells
+# from a guardrail given the JSON as text, where the app (or LiteLLM) decodes it for the model.
+_ESCAPED_WORD = re.compile(r"(?<!\\)(?:\\\\)*\\u00(?:3[0-9]|[46][1-9a-fA-F]|[57][0-9aA])")
+
+
+def refuse_escaped_words(value: Any, what: str) -> None:
+    """Refuses JSON held in a string (a tool call's arguments, LiteLLM's own `encrypted_content`) that spells a
+    letter or digit as an escape (`_ESCAPED_WORD`): its words would reach the model unseen by a guardrail."""
+    if isinstance(value, str) and "\\u00" in value and _ESCAPED_WORD.search(value) is not None:
+        raise unreadable(f"{what} spelling letters as JSON escapes")
+
+
 def check_depth(value: Any) -> None:
     """Refuses a value nested deeper than `MAX_DEPTH` levels below its messages, found without recursion: read
     before anything walks or copies it, a request nested a few hundred levels would exhaust Python's stack in a
@@ -257,6 +270,8 @@ def strings(
     for key, inner in list(value.items()):
         if own and (key in skipped or (key in CHECKED and fixed(key, inner))):
             continue
+        if key == "encrypted_content":  # not one token: LiteLLM's own JSON, which it decodes for the model
+            refuse_escaped_words(inner, "an encrypted_content")
         if isinstance(inner, str) and given(inner):
             yield value, key
         elif key in FREE_FORM:  # a tool's own input: what it was called with, no media an app reads
@@ -296,6 +311,8 @@ def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
     for key, inner in holder.items():
         if key in read and (key not in CHECKED or fixed(key, inner)):
             continue
+        if key == "encrypted_content":  # not one token: LiteLLM's own JSON, which it decodes for the model
+            refuse_escaped_words(inner, "an encrypted_content")
         if isinstance(inner, str) and given(inner):
             yield holder, key
         elif isinstance(inner, dict | list):

@@ -35,6 +35,7 @@ def b64(data: bytes) -> str:
 WORDY_PDF = b64(b"%PDF-1.4\n" + SAID.encode() + b"\n%%EOF\n")
 WORDY_WAV = b64(b"RIFF\x24\x00\x00\x00WAVE" + SAID.encode())
 TEXT = b64(SAID.encode())
+ESCAPED = "".join(f"\\u{ord(c):04x}" for c in SAID)  # JSON escapes, as no encoder writes letters
 PNG_URL = f"data:image/png;base64,{media_kit.PNG}"
 _TEXT_URL = f"data:text/plain;base64,{TEXT}"
 URL = f"https://files.test/the-{WORD}.pdf"
@@ -138,6 +139,31 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
         "/v1/chat/completions",
         chat_body({"role": "assistant", "content": "here", "images": [{"image_url": {"url": _TEXT_URL}}]}),
         "an image URL of text/plain in base64",
+    ),
+    "responses: LiteLLM's compaction JSON spelling its words as escapes": (
+        "/v1/responses",
+        responses_body(
+            {
+                "type": "compaction",
+                "id": "cmp_1",
+                "encrypted_content": '{"type":"compaction","content":"' + ESCAPED + '"}',
+            }
+        ),
+        "an encrypted_content spelling letters as JSON escapes",
+    ),
+    "chat: a tool call's arguments spelling their words as escapes": (
+        "/v1/chat/completions",
+        chat_body(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"q":"' + ESCAPED + '"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ),
+        "a tool call's arguments spelling letters as JSON escapes",
     ),
     "responses: an item no reader knows holding an output list": (
         "/v1/responses",
