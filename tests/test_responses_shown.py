@@ -263,19 +263,7 @@ async def test_a_later_rounds_text_deltas_passed_on_by_the_lane_never_show_its_i
     their string on (shown.py, `_lane_needles`): the round's id is shown as the turn's wherever a delta holds it."""
     first = list(sse.responses_events({**response(function_call("lookup", {"key": "k"}, "call_1")), "id": FIRST}))
     app = ScriptedModel(event_stream(first), event_stream(quoting_round(where)))
-    passed: list[bytes] = []
-    pass_on = TextLane.pass_on
-
-    def noted(relay: TextLane, chunk: bytes) -> bytes | None:
-        out = pass_on(relay, chunk)
-        if out is not None and out is relay.passed:  # a delta by its bytes (other events are taken whole, parsed)
-            passed.append(out)
-        return out
-
-    monkeypatch.setattr(TextLane, "pass_on", noted)
-    gateway = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])], chain_store=False)
-    raw = await openai_client(gateway).responses.with_raw_response.create(model="m", input="q", stream=True)
-    text = await raw.http_response.aread()
+    passed, text = await lane_stream(app, monkeypatch)
 
     assert len(passed) == 3  # the later round's three deltas took the lane
     assert LATER.encode() not in text
@@ -335,6 +323,19 @@ async def test_each_round_named_mid_stream_is_hidden_in_the_lanes_deltas_from_it
         texts_round(THREE, ["after the ", TWO, " round is ", THREE, " done, yes"]),
     ]
     app = ScriptedModel(*(event_stream(events) for events in rounds))
+    passed, text = await lane_stream(app, monkeypatch)
+
+    assert len(passed) == 9  # every text delta took the lane, the first round's included
+    assert TWO.encode() not in text and THREE.encode() not in text
+    events = [orjson.loads(line[len(b"data: ") :]) for line in text.split(b"\n") if line.startswith(b"data: ")]
+    assert events[0]["response"]["id"] == events[-1]["response"]["id"] == ONE
+    told = [event["delta"] for event in events if event["type"] == "response.output_text.delta"]
+    assert told == ["looking up", "round two ", ONE, " thinking", "after the ", ONE, " round is ", ONE, " done, yes"]
+
+
+async def lane_stream(app: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], bytes]:
+    """The deltas the Responses text lane passed on by their bytes (other events are taken whole, parsed), and the
+    stream the client read, for a streamed `/v1/responses` turn on `app` behind `ServerTools`."""
     passed: list[bytes] = []
     pass_on = TextLane.pass_on
 
@@ -347,11 +348,4 @@ async def test_each_round_named_mid_stream_is_hidden_in_the_lanes_deltas_from_it
     monkeypatch.setattr(TextLane, "pass_on", noted)
     gateway = AgenticLoopMiddleware(app, hooks=[ServerTools([lookup])], chain_store=False)
     raw = await openai_client(gateway).responses.with_raw_response.create(model="m", input="q", stream=True)
-    text = await raw.http_response.aread()
-
-    assert len(passed) == 9  # every text delta took the lane, the first round's included
-    assert TWO.encode() not in text and THREE.encode() not in text
-    events = [orjson.loads(line[len(b"data: ") :]) for line in text.split(b"\n") if line.startswith(b"data: ")]
-    assert events[0]["response"]["id"] == events[-1]["response"]["id"] == ONE
-    told = [event["delta"] for event in events if event["type"] == "response.output_text.delta"]
-    assert told == ["looking up", "round two ", ONE, " thinking", "after the ", ONE, " round is ", ONE, " done, yes"]
+    return passed, await raw.http_response.aread()
