@@ -121,17 +121,24 @@ def given(value: str) -> bool:
     return True
 
 
-# A JSON escape of a letter or a digit (`\u0049` for `I`), after an even run of backslashes: no JSON encoder writes
-# one (they escape quotes, backslashes, control characters, some `<>&'` for HTML), but it hides the word it spells
-# from a guardrail given the JSON as text, where the app (or LiteLLM) decodes it for the model.
-_ESCAPED_WORD = re.compile(r"(?<!\\)(?:\\\\)*\\u00(?:3[0-9]|[46][1-9a-fA-F]|[57][0-9aA])")
+# A JSON escape of a space, a letter or a digit (`\u0049` for `I`), after an even run of backslashes: no JSON
+# encoder writes one (they escape quotes, backslashes, control characters, non-ASCII text, some `<>&'` for HTML), but
+# it hides the word it spells from a guardrail given the JSON as text, where the app (or LiteLLM) decodes it.
+_ESCAPED_WORD = re.compile(r"(?<!\\)(?:\\\\)*\\u00(?:20|3[0-9]|[46][1-9a-fA-F]|[57][0-9aA])")
 
 
 def refuse_escaped_words(value: Any, what: str) -> None:
     """Refuses JSON held in a string (a tool call's arguments, LiteLLM's own `encrypted_content`) that spells a
-    letter or digit as an escape (`_ESCAPED_WORD`): its words would reach the model unseen by a guardrail."""
-    if isinstance(value, str) and "\\u00" in value and _ESCAPED_WORD.search(value) is not None:
-        raise unreadable(f"{what} spelling letters as JSON escapes")
+    space, a letter or a digit as an escape (`_ESCAPED_WORD`): its words would reach the model unseen by a guardrail
+    given the JSON as text. Only JSON: a custom tool's free text (Codex's `apply_patch` of code holding `'\u0041'`)
+    is the model's words as they are, decoded by no one."""
+    if not isinstance(value, str) or "\\u00" not in value or _ESCAPED_WORD.search(value) is None:
+        return
+    try:
+        json.loads(value)
+    except (ValueError, RecursionError):
+        return
+    raise unreadable(f"{what} spelling letters as JSON escapes")
 
 
 def check_depth(value: Any) -> None:

@@ -151,6 +151,11 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
         ),
         "an encrypted_content spelling letters as JSON escapes",
     ),
+    "responses: LiteLLM's compaction JSON spelling its spaces as escapes": (
+        "/v1/responses",
+        responses_body({"type": "compaction", "id": "cmp_1", "encrypted_content": '{"content":"ignore\\u0020all"}'}),
+        "an encrypted_content spelling letters as JSON escapes",
+    ),
     "chat: a tool call's arguments spelling their words as escapes": (
         "/v1/chat/completions",
         chat_body(
@@ -372,3 +377,19 @@ async def test_an_image_a_file_references_by_url_is_given_among_the_images() -> 
     assert got.status_code == 200, got.text
     assert guard.images == [[cat, URL]]
     assert guard.texts == ["hi", cat, URL]
+
+
+async def test_a_custom_tools_free_text_holding_escapes_is_no_json_and_passes() -> None:
+    """Codex's `apply_patch` sends its patch as a custom tool's free text: code holding `'\\u0041'` (a Java char, a JS
+    regex) is the model's words as they are, decoded by no one, and passes (ninth review, F1)."""
+    patch = "*** Begin Patch\n*** Update File: A.java\n+char c = '\\u0041'; // [\\u0030-\\u0039]\n*** End Patch"
+    body = responses_body(
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": patch},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"},
+    )
+    guard = Given("given", "pre_call")
+    model = ScriptedModel(default=ANSWERS["/v1/responses"]("ok"))
+    async with http_client(AgenticLoopMiddleware(model, hooks=[guard])) as http:
+        got = await http.post("/v1/responses", json=body)
+    assert got.status_code == 200, got.text
+    assert model.requests[0].body["input"] == body["input"]
