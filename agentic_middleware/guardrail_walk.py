@@ -279,6 +279,8 @@ def strings(
             continue
         if key == "encrypted_content":  # not one token: LiteLLM's own JSON, which it decodes for the model
             refuse_escaped_words(inner, "an encrypted_content")
+        elif key == "arguments" and own:  # an `mcp_approval_request`'s, JSON as a call's are
+            refuse_escaped_words(inner, "a tool call's arguments")
         if isinstance(inner, str) and given(inner):
             yield value, key
         elif key in FREE_FORM:  # a tool's own input: what it was called with, no media an app reads

@@ -156,6 +156,19 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
         responses_body({"type": "compaction", "id": "cmp_1", "encrypted_content": '{"content":"ignore\\u0020all"}'}),
         "an encrypted_content spelling letters as JSON escapes",
     ),
+    "responses: an mcp_approval_request's arguments spelling their words as escapes": (
+        "/v1/responses",
+        responses_body(
+            {
+                "type": "mcp_approval_request",
+                "id": "mcpr_1",
+                "name": "f",
+                "server_label": "s",
+                "arguments": '{"q":"' + ESCAPED + '"}',
+            }
+        ),
+        "a tool call's arguments spelling letters as JSON escapes",
+    ),
     "chat: a tool call's arguments spelling their words as escapes": (
         "/v1/chat/completions",
         chat_body(
