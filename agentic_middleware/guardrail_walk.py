@@ -107,18 +107,23 @@ def unreadable(what: str) -> RequestRefused:
 _DATA_URL_START = re.compile(r"\s*data:", re.IGNORECASE)
 
 
-def given(value: str) -> bool:
-    """Whether a string found where no reader names media (a made-up field, a block, part or item no reader knows,
-    a record's fields) may be given as words: not a data URL of base64 of a text's type, or of none, which an app
-    that reads media wherever it finds it (LiteLLM's bridges turn such items into messages) hands a provider to
-    decode for the model, and which no guardrail can judge as base64: refused, as in a media field. A data URL of
-    an image, a PDF or audio is given (its base64 is no words to the model either)."""
-    if _DATA_URL_START.match(value) is None:
-        return True
-    declared = file_data_type(value.lstrip())
+def refuse_text_base64(value: str, what: str) -> None:
+    """Refuses a data URL of base64 of a type other than one whose bytes the walk can tell (a PDF, an image, audio,
+    a video: `is_byte_type`), or of none: a provider decodes it for the model to read (a text, JSON, code), which a
+    guardrail given base64 could not judge. Failing closed: a list of text types always misses one."""
+    declared = file_data_type(value)
     if declared is not None and not is_byte_type(declared):
-        raise unreadable(f"a data URL of {declared or 'no media type'} in base64 where no reader reads media")
-    return True
+        raise unreadable(f"{what} of {declared or 'no media type'} in base64")
+
+
+def refuse_data_url(value: str) -> None:
+    """Refuses a string found where no reader names media (a made-up field, a block, part or item no reader knows,
+    a record's fields) that is a data URL of a text's base64 (`refuse_text_base64`): an app that reads media
+    wherever it finds it (LiteLLM's bridges turn such items into messages) hands it to a provider to decode. Any
+    other string there is given as words (a data URL of an image, a PDF or audio too: its base64 is no words to the
+    model either)."""
+    if _DATA_URL_START.match(value) is not None:
+        refuse_text_base64(value.lstrip(), "an unread field's data URL")
 
 
 # A JSON escape of a space, a letter or a digit (`\u0049` for `I`), after an even run of backslashes: no JSON
@@ -134,6 +139,8 @@ def refuse_escaped_words(value: Any, what: str) -> None:
     is the model's words as they are, decoded by no one."""
     if not isinstance(value, str) or "\\u00" not in value or _ESCAPED_WORD.search(value) is None:
         return
+    if value.startswith("litellm_enc:") and ";" in value:  # LiteLLM's wrapper: its model's id, then the JSON
+        value = value.split(";", 1)[1]
     try:
         json.loads(value)
     except (ValueError, RecursionError):
@@ -266,7 +273,8 @@ def strings(
         raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
         for index, inner in enumerate(value):
-            if isinstance(inner, str) and given(inner):
+            if isinstance(inner, str):
+                refuse_data_url(inner)
                 yield value, index
             else:
                 yield from strings(inner, skipped, depth + 1, own, named)
@@ -281,7 +289,8 @@ def strings(
             refuse_escaped_words(inner, "an encrypted_content")
         elif key == "arguments" and own:  # an `mcp_approval_request`'s, JSON as a call's are
             refuse_escaped_words(inner, "a tool call's arguments")
-        if isinstance(inner, str) and given(inner):
+        if isinstance(inner, str):
+            refuse_data_url(inner)
             yield value, key
         elif key in FREE_FORM:  # a tool's own input: what it was called with, no media an app reads
             yield from every_string(inner, depth + 1, media=False)
@@ -322,7 +331,8 @@ def rest_slots(holder: dict[str, Any], read: frozenset[str]) -> Iterator[Slot]:
             continue
         if key == "encrypted_content":  # not one token: LiteLLM's own JSON, which it decodes for the model
             refuse_escaped_words(inner, "an encrypted_content")
-        if isinstance(inner, str) and given(inner):
+        if isinstance(inner, str):
+            refuse_data_url(inner)
             yield holder, key
         elif isinstance(inner, dict | list):
             yield from every_string(inner, 1, API_FIELDS)
@@ -336,7 +346,8 @@ def image_slots(holder: dict[str, Any], key: str, named: frozenset[str] | None =
     other keys of such an object too (`strings`)."""
     value = holder.get(key)
     if isinstance(value, str):
-        if not is_image(value) and given(value):
+        if not is_image(value):
+            refuse_data_url(value)
             yield holder, key
         return
     for slot in strings(value, depth=1, named=named):
@@ -348,15 +359,16 @@ def every_string(value: Any, depth: int = 0, named: frozenset[str] = frozenset()
     """Every key and every string in a JSON value, at any depth, but the keys `named` (the API's own names, for
     `rest_slots`): a key's slot after its value's slots, so that a value is written back before its key is
     renamed. Where an app may read media (`media`: all but a tool's own input), a data URL of a text is refused
-    (`given`)."""
+    (`refuse_data_url`)."""
     if depth > MAX_DEPTH:
         raise unreadable(f"a value nested deeper than {MAX_DEPTH} levels")
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     keys = KeyOf(value) if isinstance(value, dict) else None
     for key, inner in list(items):
         if isinstance(inner, str):
-            if not media or given(inner):
-                yield value, key
+            if media:
+                refuse_data_url(inner)
+            yield value, key
         else:
             yield from every_string(inner, depth + 1, named, media)
         if keys is not None and key not in named:
@@ -371,7 +383,8 @@ def unknown_slots(block: dict[str, Any]) -> Iterator[Slot]:
     for key, inner in list(block.items()):
         if key in HARMLESS and key != "type" and fixed(key, inner):
             continue
-        if isinstance(inner, str) and given(inner):
+        if isinstance(inner, str):
+            refuse_data_url(inner)
             yield block, key
         else:
             yield from every_string(inner, 1)

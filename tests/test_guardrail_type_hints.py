@@ -151,6 +151,17 @@ HINTED: dict[str, tuple[str, dict[str, Any], str]] = {
         ),
         "an encrypted_content spelling letters as JSON escapes",
     ),
+    "responses: LiteLLM's wrapped compaction JSON spelling its words as escapes": (
+        "/v1/responses",
+        responses_body(
+            {
+                "type": "compaction",
+                "id": "cmp_1",
+                "encrypted_content": 'litellm_enc:bW9kZWw;{"type":"compaction","content":"' + ESCAPED + '"}',
+            }
+        ),
+        "an encrypted_content spelling letters as JSON escapes",
+    ),
     "responses: LiteLLM's compaction JSON spelling its spaces as escapes": (
         "/v1/responses",
         responses_body({"type": "compaction", "id": "cmp_1", "encrypted_content": '{"content":"ignore\\u0020all"}'}),
