@@ -32,6 +32,7 @@ from typing import Any
 
 from .guardrail_calls import given_calls, write_calls
 from .guardrail_extras import extra_slots
+from .guardrail_opaque import TYPE_HINTS
 from .guardrail_texts import TOOL_OUTPUTS
 from .guardrail_texts import role as _role
 from .guardrail_texts import slots as _slots
@@ -261,7 +262,7 @@ _IMAGE_ENDINGS = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".heic", ".heif")
 def _referenced_images(part: dict[str, Any], file: dict[str, Any]) -> Iterator[str]:
     """A file's reference that is a URL of an image (a hint of an image type, or a path ending as an image's does,
     as LiteLLM guesses a file's type for Gemini): the model sees it as an image, so it is given among them."""
-    hint = next((h for h in (*map(file.get, _HINTS), *map(part.get, _HINTS)) if isinstance(h, str)), "")
+    hint = next((h for h in (*map(file.get, TYPE_HINTS), *map(part.get, TYPE_HINTS)) if isinstance(h, str)), "")
     for holder in (file, part):
         for key in ("file_id", "file_url"):
             url = holder.get(key)
@@ -269,9 +270,6 @@ def _referenced_images(part: dict[str, Any], file: dict[str, Any]) -> Iterator[s
                 path = url.split("?", 1)[0].lower()
                 if hint.lower().startswith("image/") or path.endswith(_IMAGE_ENDINGS):
                     yield url
-
-
-_HINTS = ("format", "mime_type", "content_type")
 
 
 def _signed(holder: Any) -> bool:

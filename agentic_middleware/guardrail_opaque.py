@@ -24,7 +24,6 @@ from .guardrail_values import (
     is_audio,
     is_audio_format,
     is_bare_base64,
-    is_byte_type,
     is_detail,
     is_file_data,
     is_image,
@@ -45,6 +44,7 @@ from .guardrail_walk import (
     image_slots,
     plain,
     read_fields,
+    refuse_text_base64,
     rest_slots,
     string_slot,
     unknown_slots,
@@ -72,14 +72,11 @@ def _file_data(value: str) -> bool:
     other type, or of none (`data:;base64,`, which RFC 2397 makes `text/plain`; bare base64 that is no PDF), is
     refused: the provider decodes it (a text, JSON, code, an office document's XML) for the model to read, which a
     guardrail given base64 could not judge. Failing closed: a list of text types always misses one. A known type
-    whose bytes are not its own is given, its words judged. A `data:` after its start is refused (`_embedded`)."""
-    _embedded(value, "a file_data")
+    whose bytes are not its own is given, its words judged. A `data:` after its start is refused (`_no_text_base64`)."""
+    _no_text_base64(value, "a file_data")
     if is_file_data(value):
         return True
-    declared = file_data_type(value)
-    if declared is not None and not is_byte_type(declared):
-        raise unreadable(f"a file_data of {declared or 'no media type'} in base64")
-    if declared is None and is_bare_base64(value):
+    if file_data_type(value) is None and is_bare_base64(value):
         raise unreadable("a file_data in base64 of no media type")
     return False
 
@@ -93,12 +90,10 @@ def _image_url(value: str) -> bool:
 
 
 def _no_text_base64(value: str, what: str) -> None:
-    """Refuses a data URL of base64 of a type other than a PDF's, an image's or audio's, or of none, as a
-    `file_data` of one is (`_file_data`), and a `data:` after the string's start (`_embedded`)."""
+    """Refuses a data URL of a text's base64 (`refuse_text_base64`), and a `data:` after the string's start
+    (`_embedded`): where a URL, a file's reference or its bytes stand."""
     _embedded(value, what)
-    declared = file_data_type(value)
-    if declared is not None and not is_byte_type(declared):
-        raise unreadable(f"{what} of {declared or 'no media type'} in base64")
+    refuse_text_base64(value, what)
 
 
 def _embedded(value: str, what: str) -> bool:
@@ -189,7 +184,7 @@ MEDIA: dict[str, _Media] = {
 MEDIA_PARTS = frozenset(MEDIA)
 # The fields LiteLLM takes a media part's type from (the first it finds, at the part's level or its inner object's)
 # and hands on as its media's type, over the type a data URL declares (`_check_type_hints`).
-_TYPE_HINTS = ("format", "mime_type", "content_type")
+TYPE_HINTS = ("format", "mime_type", "content_type")
 _HINT_HOLDERS = ("source", "image_url", "url", "file", "input_audio")  # the objects of a part that hold them
 # The fields whose strings a provider decodes by such a hint: bytes (`_INLINE`), or a URL or reference.
 _INLINE = frozenset(("file_data", "file", "data"))
@@ -236,19 +231,21 @@ def media_slots(part: dict[str, Any], kind: str) -> Iterator[Slot]:
 
 
 def _check_type_hints(holders: list[dict[str, Any]]) -> None:
-    """Refuses a media type hint (`_TYPE_HINTS`) but a media's (`is_media_hint`) where a provider would decode what
+    """Refuses a media type hint (`TYPE_HINTS`) but a media's (`is_media_hint`) where a provider would decode what
     the part holds by it: LiteLLM hands the hint on as the media's type, so a PDF's or a WAV's bytes of ASCII words
     hinted `text/plain` reach a provider (Gemini) as a text the model reads, where the walk left them out as a PDF
     or audio, and so would URL-safe base64 or a reference holding `base64` (Bedrock decodes any string holding
     `base64` and a comma as base64) or `data:`. Beside references alone (a `gs://` or `https://` URL, a file's id)
     a text's hint is the caller's word for what the file holds, which no guardrail reads either way: given."""
-    hints = [(key, hint) for holder in holders for key in _TYPE_HINTS if (hint := holder.get(key)) is not None]
-    if all(isinstance(hint, str) and is_media_hint(hint) for _, hint in hints):
-        return
-    if any(_decodable(holder) for holder in holders):
-        key, hint = next((key, hint) for key, hint in hints if not (isinstance(hint, str) and is_media_hint(hint)))
-        named = hint if isinstance(hint, str) else type(hint).__name__
-        raise unreadable(f"a media part whose {key} is {named or 'empty'}")
+    for holder in holders:
+        for key in TYPE_HINTS:
+            hint = holder.get(key)
+            if hint is None or (isinstance(hint, str) and is_media_hint(hint)):
+                continue
+            if any(_decodable(inner) for inner in holders):
+                named = hint if isinstance(hint, str) else type(hint).__name__
+                raise unreadable(f"a media part whose {key} is {named or 'empty'}")
+            return  # beside references alone: every hint is the caller's word
 
 
 def _decodable(holder: dict[str, Any]) -> bool:
@@ -259,8 +256,10 @@ def _decodable(holder: dict[str, Any]) -> bool:
         value = holder.get(key)
         if not isinstance(value, str) or value == "":
             continue
+        if key in _INLINE or (key in _IMAGE_FIELDS and not is_url(value)):
+            return True
         lowered = value.lower()
-        if key in _INLINE or (key in _IMAGE_FIELDS and not is_url(value)) or "base64" in lowered or "data:" in lowered:
+        if "base64" in lowered or "data:" in lowered:
             return True
     return False
 

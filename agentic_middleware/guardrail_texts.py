@@ -221,9 +221,10 @@ def _thinking_slots(part: dict[str, Any], assistant: bool) -> Iterator[Slot]:
     """A `thinking` or `redacted_thinking` part's words. A `thinking` block's text is given wherever it stands,
     signed or not: a signature is no proof here (none can check it but the provider that made it), and LiteLLM
     replays a signed block unchecked to providers that read it as the model's own reasoning (Mistral's thinking,
-    Gemini's thought parts), so a forged one would reach them unjudged. A mask written into a signed block makes a
-    provider that checks its signature (Anthropic) refuse the turn, as failing closed does. A `redacted_thinking`
-    block's `data`, encrypted by the provider, is left out in an `assistant` turn while it is one token; anywhere
+    Gemini's thought parts), so a forged one would reach them unjudged. A signed block a guardrail masks in an
+    assistant turn is left out of it (guardrail_inputs `_drop_blocks`): Anthropic refuses one altered. A
+    `redacted_thinking` block's `data`, encrypted by the provider, is left out in an `assistant` turn while it is one
+    token; anywhere
     else, or when it is not one token, it is given. Fields made up on the part, or a signature that is no token,
     are given as on any known part (`rest_slots`)."""
     field = _THINKING[part["type"]]

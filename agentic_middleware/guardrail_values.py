@@ -219,32 +219,27 @@ def _head(text: str, start: int) -> bytes:
     return base64.b64decode(text[start : start + 16])
 
 
-def _audio_of(media: str) -> Callable[[str, int], bool]:
-    """A `file_data`'s audio of the media type it declares: its bytes open as that type's do (`_AUDIO_HEADS`)."""
-    return lambda text, start: _AUDIO_HEADS[media](_head(text, start))
-
-
 # HEIF images (HEIC, an iPhone's photos) and MP4, QuickTime and WebM videos, which Gemini takes inline: an ISO
 # media file's `ftyp` box at byte 4 (a HEIF's brand one of its own), a WebM's EBML head.
+_HEIF_TYPES = ("image/heic", "image/heif")
 _HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")
 _MEDIA_HEADS: dict[str, Callable[[bytes], bool]] = {
-    **dict.fromkeys(("image/heic", "image/heif"), lambda head: head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS),
+    **dict.fromkeys(_HEIF_TYPES, lambda head: head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS),
     **dict.fromkeys(("video/mp4", "video/quicktime"), lambda head: head[4:8] == b"ftyp"),
     "video/webm": lambda head: head.startswith(b"\x1a\x45\xdf\xa3"),
 }
 
 
-def _media_of(media: str) -> Callable[[str, int], bool]:
-    """A `file_data`'s HEIF image or video of the media type it declares: its bytes open as that type's do."""
-    return lambda text, start: _MEDIA_HEADS[media](_head(text, start))
+def _opens_as(opens: Callable[[bytes], bool]) -> Callable[[str, int], bool]:
+    """A `file_data` of the media type it declares (audio, a HEIF image, a video), told by its head: `opens`."""
+    return lambda text, start: opens(_head(text, start))
 
 
 # How the bytes of each known type are told from words (the alphabet and length checked first).
 _BYTES_OF: dict[str, Callable[[str, int], bool]] = {
     "application/pdf": _pdf,
     **dict.fromkeys(_IMAGE_DATA_TYPES, _opens_as_image),
-    **{media: _audio_of(media) for media in _AUDIO_TYPES},
-    **{media: _media_of(media) for media in _MEDIA_HEADS},
+    **{media: _opens_as(opens) for media, opens in (_AUDIO_HEADS | _MEDIA_HEADS).items()},
 }
 
 
@@ -281,7 +276,7 @@ def is_file_image(value: str) -> bool:
     """A `file_data` that is an image (`data:image/png;base64,...` whose bytes are a PNG's), which LiteLLM gives
     the model as an image: left out of the texts (`is_file_data`), so given among the `images`."""
     declared = file_data_type(value)
-    return (declared in _IMAGE_DATA_TYPES or declared in ("image/heic", "image/heif")) and is_file_data(value)
+    return (declared in _IMAGE_DATA_TYPES or declared in _HEIF_TYPES) and is_file_data(value)
 
 
 def is_byte_type(value: str) -> bool:
@@ -321,7 +316,7 @@ def is_url(value: str) -> bool:
 
 def is_image_or_url(value: str) -> bool:
     """An image's URL, where the API takes an image or a URL of one (a URL is given as one of the `images`)."""
-    return is_image(value) or _URL.fullmatch(value) is not None
+    return is_image(value) or is_url(value)
 
 
 def is_token(value: str) -> bool:
